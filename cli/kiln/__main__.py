@@ -1,0 +1,3 @@
+from kiln.app import main
+
+main()

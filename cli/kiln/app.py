@@ -1,0 +1,81 @@
+"""The root Typer app: registers one module per command and maps domain errors to exit codes."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import typer
+
+from kiln import __version__
+from kiln.console import err
+from kiln.errors import ExitCode, KilnError
+
+app = typer.Typer(
+    name="kiln",
+    help=(
+        "Turn racks of bare-metal GPU servers into a validated Slurm GPU cluster.\n\n"
+        "Exit codes: 0 success; 1 something failed; 2 invalid input (nothing touched); "
+        "3 environment or precondition; 4 changes pending (plan --detailed-exitcode); "
+        "130 interrupted."
+    ),
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"kiln {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """kiln: inventory in, proven GPU cluster out."""
+
+
+def _register() -> None:
+    # Imported here so `kiln --help` stays fast and each command stays in its own module.
+    from kiln.commands import init, plan, validate
+
+    app.command("validate")(validate.validate)
+    app.command("plan")(plan.plan)
+    app.command("init")(init.init)
+
+    from kiln.commands import sandbox
+
+    app.add_typer(sandbox.app, name="sandbox")
+
+
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; the one place where errors become exit codes."""
+    try:
+        result = app(args=argv, standalone_mode=False)
+    except KilnError as error:
+        err.print(f"[bold red]error:[/] {error.message}")
+        if error.hint:
+            err.print(f"  hint: {error.hint}")
+        sys.exit(int(error.exit_code))
+    except click.exceptions.Abort:
+        err.print("interrupted")
+        sys.exit(int(ExitCode.INTERRUPTED))
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(int(ExitCode.INTERRUPTED))
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except click.exceptions.Exit as exit_:
+        sys.exit(exit_.exit_code)
+    sys.exit(int(result or 0))

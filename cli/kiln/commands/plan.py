@@ -1,0 +1,83 @@
+"""`kiln plan INVENTORY`: the offline plan (stages, hosts, batches, generated files)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from kiln.console import err, out, print_json
+from kiln.errors import ExitCode, InvalidInputError
+from kiln.inventory import require_valid
+from kiln.inventory.schema import BATCH_SIZE
+from kiln.planning import Plan, make_plan, write_files
+from kiln.render.hostlist import compress
+
+
+def _shorten(hostlist: str, width: int = 60) -> str:
+    return hostlist if len(hostlist) <= width else hostlist[: width - 3] + "..."
+
+
+def render(plan: Plan, output: Path | None) -> None:
+    cluster = plan.cluster
+    out.print(f"Plan for cluster [bold]{cluster.name}[/]: {len(cluster.controllers)} "
+              f"controller(s), {len(cluster.compute)} compute nodes, {cluster.gpu_total} GPUs")
+    out.print(f"Versions: {cluster.versions.describe()}")
+    table = Table("stage", "hosts", "batches", "first batch", "what it does")
+    for stage in plan.stages:
+        first = _shorten(compress(stage.batches[0])) if stage.batches else "-"
+        table.add_row(stage.name, str(len(stage.hosts)), str(len(stage.batches)), first,
+                      stage.summary)
+    out.print(table)
+    files = Table("generated file", "lines", "sha256")
+    for generated in plan.files:
+        status = ""
+        if output is not None:
+            status = " (changed)" if generated.name in plan.changed_files else " (unchanged)"
+        files.add_row(generated.name + status, str(generated.content.count("\n")),
+                      generated.sha256[:16])
+    out.print(files)
+    if output is not None:
+        err.print(f"wrote {len(plan.files)} files to {output}")
+
+
+def plan(
+    inventory: Annotated[Path, typer.Argument(help="Ansible inventory directory (or file).")],
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="Write slurm.conf, gres.conf, cgroup.conf and topology.conf here.",
+    )] = None,
+    batch_size: Annotated[str | None, typer.Option(
+        "--batch-size", help="Hosts per rolling batch, a count or N% (default: kiln_rollout).",
+    )] = None,
+    json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    detailed_exitcode: Annotated[bool, typer.Option(
+        "--detailed-exitcode",
+        help="Exit 4 when a generated file differs from the one in --output.",
+    )] = False,
+) -> int:
+    """Show what `kiln provision` would do, offline: stages, hosts, batches and files.
+
+    Validates first (exit 2 on any error). Contacts no host.
+    """
+    size: int | str | None = None
+    if batch_size is not None:
+        if not BATCH_SIZE.match(batch_size):
+            raise InvalidInputError(f"--batch-size {batch_size!r} is neither a count nor N%",
+                                    hint="for example --batch-size 8 or --batch-size 25%")
+        size = int(batch_size) if batch_size.isdigit() else batch_size
+    if detailed_exitcode and output is None:
+        raise InvalidInputError("--detailed-exitcode compares against --output DIR",
+                                hint="add --output DIR (the files you keep under version control)")
+    cluster = require_valid(inventory)
+    result = make_plan(cluster, size)
+    if output is not None:
+        write_files(result, output)
+    if json:
+        print_json("plan", result.to_dict())
+    else:
+        render(result, output)
+    if detailed_exitcode and result.changed_files:
+        return int(ExitCode.CHANGES_PENDING)
+    return int(ExitCode.OK)

@@ -1,0 +1,77 @@
+"""Load an Ansible inventory directory into a validated Cluster model.
+
+    result = load_cluster(path)      # every finding, and the Cluster when there are no errors
+    cluster = require_valid(path)    # the Cluster, or InvalidInputError (exit 2)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kiln.errors import InvalidInputError
+from kiln.inventory.build import ClusterBuilder
+from kiln.inventory.findings import Finding, FindingCollector, Level, Origin
+from kiln.inventory.model import Cluster, Node, Partition
+from kiln.inventory.resolve import resolve_hosts
+from kiln.inventory.sources import read_inventory
+
+__all__ = ["Cluster", "Finding", "Level", "LoadResult", "Node", "Origin", "Partition",
+           "load_cluster", "require_valid"]
+
+
+@dataclass
+class LoadResult:
+    path: Path
+    cluster: Cluster | None
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.level is Level.ERROR]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.level is Level.WARNING]
+
+    @property
+    def ok(self) -> bool:
+        return self.cluster is not None and not self.errors
+
+
+def load_cluster(path: Path | str) -> LoadResult:
+    path = Path(path).expanduser().absolute()
+    collector = FindingCollector()
+    raw = read_inventory(path, collector)
+    cluster = None
+    if raw is not None:
+        hosts = resolve_hosts(raw, collector)
+        cluster = ClusterBuilder(raw, hosts, collector).build()
+    if collector.has_errors:
+        cluster = None
+    return LoadResult(path=path, cluster=cluster, findings=collector.findings)
+
+
+def format_finding(finding: Finding, root: Path | None = None) -> str:
+    where = finding.origin.display(root) if finding.origin else "-"
+    key = f" [{finding.key}]" if finding.key else ""
+    hosts = ""
+    if len(finding.hosts) > 1:
+        hosts = f" ({len(finding.hosts)} hosts)"
+    text = f"{where}: {finding.level}{key}: {finding.message}{hosts}"
+    if finding.hint:
+        text += f"\n    fix: {finding.hint}"
+    return text
+
+
+def require_valid(path: Path | str) -> Cluster:
+    """The validated Cluster, or InvalidInputError listing every error (nothing touched)."""
+    result = load_cluster(path)
+    if result.ok:
+        return result.cluster  # type: ignore[return-value]
+    lines = [format_finding(f, result.path) for f in result.errors]
+    raise InvalidInputError(
+        f"inventory {result.path} is invalid ({len(result.errors)} errors); nothing was "
+        "touched:\n" + "\n".join(lines),
+        hint=f"run `kiln validate {path}` for every finding",
+    )

@@ -1,0 +1,87 @@
+"""The typed Cluster model that every later stage works from."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kiln.inventory.schema import BurninSpec, PowerSpec, RolloutSpec, SlurmSpec
+from kiln.profiles import HardwareProfile, Versions, get_profile
+
+
+class Node(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    address: str
+    groups: tuple[str, ...]
+    is_controller: bool
+    is_compute: bool
+    rack: str
+    leaf_switch: str
+    gpu_model: str
+    gpu_count: int
+    ib_hcas: tuple[str, ...] = ()
+    bmc_address: str | None = None
+    sockets: int
+    cores_per_socket: int
+    threads_per_core: int
+    real_memory_mb: int
+    power: PowerSpec = Field(default_factory=PowerSpec)
+    hostvars: dict = Field(default_factory=dict, repr=False)
+
+    @property
+    def profile(self) -> HardwareProfile:
+        return get_profile(self.gpu_model)
+
+    @property
+    def cpus(self) -> int:
+        return self.sockets * self.cores_per_socket * self.threads_per_core
+
+    @property
+    def has_gpus(self) -> bool:
+        return self.gpu_model != "none" and self.gpu_count > 0
+
+
+class Partition(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    nodes: tuple[str, ...]
+    default: bool = False
+    max_time: str = "INFINITE"
+
+
+class Cluster(BaseModel):
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    name: str
+    inventory_dir: Path
+    nodes: tuple[Node, ...]
+    groups: dict[str, tuple[str, ...]]  # group -> host names, children included
+    versions: Versions
+    partitions: tuple[Partition, ...]
+    burnin: BurninSpec = Field(default_factory=BurninSpec)
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    slurm: SlurmSpec = Field(default_factory=SlurmSpec)
+
+    @cached_property
+    def _by_name(self) -> dict[str, Node]:
+        return {node.name: node for node in self.nodes}
+
+    def node(self, name: str) -> Node:
+        return self._by_name[name]
+
+    @property
+    def controllers(self) -> list[Node]:
+        return [node for node in self.nodes if node.is_controller]
+
+    @property
+    def compute(self) -> list[Node]:
+        return [node for node in self.nodes if node.is_compute]
+
+    @property
+    def gpu_total(self) -> int:
+        return sum(node.gpu_count for node in self.compute)

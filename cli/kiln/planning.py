@@ -1,0 +1,114 @@
+"""The offline plan: stages in order, the hosts each touches, rolling batches, generated files.
+
+Nothing here contacts a host; the plan is computed from the validated model alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kiln.inventory import Cluster, Node
+from kiln.render import render_template
+from kiln.render.context import cluster_context
+from kiln.render.hostlist import compress
+from kiln.runner.stages import available_stages
+
+GENERATED_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf")
+
+# Which hosts each stage touches; the stage playbooks target the same groups.
+STAGE_TARGETS: dict[str, Callable[[Node], bool]] = {
+    "preflight": lambda node: True,
+    "base": lambda node: True,
+    "nvidia": lambda node: node.has_gpus,
+    "infiniband": lambda node: bool(node.ib_hcas),
+    "nccl": lambda node: node.has_gpus,
+    "slurm": lambda node: node.is_controller or node.is_compute,
+    "power": lambda node: node.has_gpus,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class StagePlan:
+    name: str
+    summary: str
+    hosts: list[str]
+    batches: list[list[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratedFile:
+    name: str
+    content: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.content.encode()).hexdigest()
+
+
+@dataclass
+class Plan:
+    cluster: Cluster
+    stages: list[StagePlan]
+    files: list[GeneratedFile]
+    changed_files: list[str] = field(default_factory=list)  # against --output, when given
+
+    def to_dict(self) -> dict:
+        return {
+            "cluster": self.cluster.name,
+            "inventory": str(self.cluster.inventory_dir),
+            "versions": self.cluster.versions.model_dump(),
+            "stages": [
+                {"name": s.name, "summary": s.summary, "host_count": len(s.hosts),
+                 "hosts": compress(s.hosts), "batches": [compress(b) for b in s.batches]}
+                for s in self.stages
+            ],
+            "files": [{"name": f.name, "sha256": f.sha256,
+                       "lines": f.content.count("\n")} for f in self.files],
+            "changed_files": self.changed_files,
+        }
+
+
+def batch_count(batch_size: int | str, host_count: int) -> int:
+    """Hosts per batch, as Ansible's `serial` computes it (a percentage rounds down, min 1)."""
+    if isinstance(batch_size, str) and batch_size.endswith("%"):
+        size = host_count * int(batch_size[:-1]) // 100
+    else:
+        size = int(batch_size)
+    return max(1, min(size, host_count)) if host_count else 0
+
+
+def split_batches(hosts: list[str], batch_size: int | str) -> list[list[str]]:
+    size = batch_count(batch_size, len(hosts))
+    return [hosts[i : i + size] for i in range(0, len(hosts), size)] if size else []
+
+
+def render_files(cluster: Cluster) -> list[GeneratedFile]:
+    context = cluster_context(cluster)
+    return [GeneratedFile(name, render_template(f"{name}.j2", context))
+            for name in GENERATED_FILES]
+
+
+def make_plan(cluster: Cluster, batch_size: int | str | None = None) -> Plan:
+    batch_size = batch_size or cluster.rollout.batch_size
+    stages = []
+    for stage in available_stages():
+        wants = STAGE_TARGETS.get(stage.name, lambda node: True)
+        hosts = [node.name for node in cluster.nodes if wants(node)]
+        stages.append(StagePlan(stage.name, stage.summary, hosts, split_batches(hosts, batch_size)))
+    return Plan(cluster, stages, render_files(cluster))
+
+
+def write_files(plan: Plan, directory: Path) -> list[str]:
+    """Write the generated files; return the names whose content changed (or are new)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    changed = []
+    for generated in plan.files:
+        target = directory / generated.name
+        if not target.is_file() or target.read_text() != generated.content:
+            changed.append(generated.name)
+            target.write_text(generated.content)
+    plan.changed_files = changed
+    return changed

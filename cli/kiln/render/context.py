@@ -1,0 +1,66 @@
+"""The template context for the cluster-wide files, computed once from the model.
+
+Nodes with identical hardware share one NodeName line; racks map to leaf switches. The
+Slurm role receives this same context as the `kiln` variable, so its output is identical.
+"""
+
+from __future__ import annotations
+
+from kiln.inventory import Cluster, Node
+
+
+def _hardware_key(node: Node) -> tuple:
+    return (node.sockets, node.cores_per_socket, node.threads_per_core, node.real_memory_mb,
+            node.profile.gres_type if node.has_gpus else None, node.gpu_count)
+
+
+def _device_files(count: int) -> str:
+    return "/dev/nvidia0" if count == 1 else f"/dev/nvidia[0-{count - 1}]"
+
+
+def node_groups(nodes: list[Node]) -> list[dict]:
+    groups: dict[tuple, dict] = {}
+    for node in nodes:
+        key = _hardware_key(node)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = {
+                "nodes": [],
+                "cpus": node.cpus,
+                "sockets": node.sockets,
+                "cores_per_socket": node.cores_per_socket,
+                "threads_per_core": node.threads_per_core,
+                "real_memory_mb": node.real_memory_mb,
+                "gpu_type": key[4],
+                "gpu_count": node.gpu_count if key[4] else 0,
+                "gpu_files": _device_files(node.gpu_count),
+            }
+        group["nodes"].append(node.name)
+    return list(groups.values())
+
+
+def switches(nodes: list[Node]) -> list[dict]:
+    leaves: dict[str, list[str]] = {}
+    for node in nodes:
+        leaves.setdefault(node.leaf_switch, []).append(node.name)
+    return [{"name": name, "nodes": members} for name, members in leaves.items()]
+
+
+def cluster_context(cluster: Cluster) -> dict:
+    compute = cluster.compute
+    return {
+        "kiln": {
+            "cluster_name": cluster.name,
+            "controllers": [{"name": n.name, "address": n.address} for n in cluster.controllers],
+            "node_groups": node_groups(compute),
+            "partitions": [
+                {"name": p.name, "nodes": list(p.nodes), "default": p.default,
+                 "max_time": p.max_time}
+                for p in cluster.partitions if p.nodes
+            ],
+            "leaf_switches": switches(compute),
+            "has_gpus": any(node.has_gpus for node in compute),
+            "accounting": cluster.slurm.accounting,
+            "slurm_version": cluster.versions.slurm,
+        }
+    }
