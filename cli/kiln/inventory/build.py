@@ -253,7 +253,7 @@ class ClusterBuilder:
             node = self._build_node(name, host)
             if node is not None:
                 nodes.append(node)
-        self._check_unique_addresses(nodes)
+        self._check_unique_addresses()
         return nodes
 
     def _build_node(self, name: str, host: ResolvedHost) -> Node | None:
@@ -358,13 +358,17 @@ class ClusterBuilder:
                            f"known models: {', '.join(self.profiles)}")
         return profile
 
-    def _check_unique_addresses(self, nodes: list[Node]) -> None:
+    def _check_unique_addresses(self) -> None:
+        # Over every host, not only those that built into a Node: a host with another
+        # mistake (an unknown GPU model, say) still must not share its address.
         by_address: dict[str, list[str]] = defaultdict(list)
         by_bmc: dict[str, list[str]] = defaultdict(list)
-        for node in nodes:
-            by_address[node.address].append(node.name)
-            if node.bmc_address:
-                by_bmc[node.bmc_address].append(node.name)
+        for name, host in self.hosts.items():
+            address = host.vars.get("ansible_host")
+            by_address[str(address.value) if address is not None else name].append(name)
+            bmc = self.value(host, "kiln_bmc_address")
+            if bmc:
+                by_bmc[bmc].append(name)
         for address, names in by_address.items():
             if len(names) > 1:
                 self.out.error(
@@ -445,14 +449,20 @@ class ClusterBuilder:
         chosen.update({k: v for k, v in spec.model_dump().items() if v is not None})
         versions = Versions.model_validate(chosen)
         in_use = {node.gpu_model: node.profile for node in nodes if node.has_gpus}
+        written = self.raw.groups["all"].plugin_vars.get("kiln_versions") or \
+            self.raw.groups["all"].file_vars.get("kiln_versions")
         for problem in compat.check(versions, in_use.values()):
-            self.out.add(problem.level, problem.message, origin=origin,
+            where = origin
+            if written is not None and origin is not None and problem.key:
+                where = _nested_origin(written.value, (problem.key,), origin)
+            self.out.add(problem.level, problem.message, origin=where,
                          key=f"kiln_versions.{problem.key}", hint=problem.hint)
         return versions
 
     def _partitions(self, membership: dict[str, list[str]]) -> list[Partition] | None:
         specs, origin = self.cluster_value("kiln_partitions", None)
         compute = membership.get(COMPUTE, [])
+        compute_set = set(compute)
         if origin is None:
             return [Partition(name="batch", nodes=tuple(compute), default=True)]
         if specs is None:
@@ -491,7 +501,7 @@ class ClusterBuilder:
             if not spec.groups and not spec.nodes:
                 self.out.error(f"partition '{spec.name}' holds no groups and no nodes",
                                origin=where, key="kiln_partitions")
-            outsiders = [n for n in dict.fromkeys(nodes) if n not in set(compute)]
+            outsiders = [n for n in dict.fromkeys(nodes) if n not in compute_set]
             if outsiders:
                 self.out.error(f"partition '{spec.name}' holds hosts that are not compute "
                                f"nodes: {', '.join(outsiders[:5])}", origin=where,

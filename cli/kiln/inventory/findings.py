@@ -70,6 +70,7 @@ class FindingCollector:
         hint: str | None = None,
         host: str | None = None,
     ) -> None:
+        level = Level(level)  # a plain "error" from elsewhere (profiles) must count as one
         identity = (level, message, origin, key)
         finding = self._by_identity.get(identity)
         if finding is None:

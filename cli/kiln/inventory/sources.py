@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shlex
 import warnings
 from dataclasses import dataclass, field
@@ -24,6 +25,11 @@ YAML_EXTENSIONS = (".yml", ".yaml", ".json")
 IGNORED_EXTENSIONS = (".pyc", ".pyo", ".swp", ".bak", "~", ".rpm", ".md", ".txt", ".rst", ".orig",
                       ".cfg", ".retry")
 VARS_DIRS = ("group_vars", "host_vars")
+# Ansible's INI patterns: `[group]`, `[group:vars]`, with trailing blanks and a `#` comment.
+INI_SECTION = re.compile(r"^\[([^:\]\s]+)(?::(\w+))?\]\s*(?:#.*)?$")
+INI_GROUP_NAME = re.compile(r"^([^:\]\s]+)\s*(?:#.*)?$")
+# `host:port`, `gpu[01:08]:2222`: a trailing port outside any [range].
+HOST_PORT = re.compile(r"^(.+):(\d+)$")
 
 
 @dataclass(slots=True)
@@ -143,9 +149,12 @@ def _inventory_sources(root: Path, collector: FindingCollector) -> list[Path]:
 
 def _read_text(path: Path, collector: FindingCollector) -> str | None:
     try:
-        return path.read_text(encoding="utf-8")
+        data = path.read_bytes()
+        return data.decode("utf-8")
     except UnicodeDecodeError as error:
-        collector.error(f"not UTF-8 text: {error.reason}", origin=Origin(path))
+        line = data.count(b"\n", 0, error.start) + 1
+        collector.error(f"not UTF-8 text: {error.reason}", origin=Origin(path, line),
+                        hint="save the file as UTF-8")
     except OSError as error:
         collector.error(f"cannot read: {error.strerror}", origin=Origin(path))
     return None
@@ -240,7 +249,16 @@ def _read_yaml_group(path, name, body, origin, raw, collector) -> None:
                 _declare_hosts(raw, group, str(pattern), host_vars, path, host_origin, collector)
 
 
+def _split_port(pattern: str) -> tuple[str, int | None]:
+    """Ansible's `host:port` (YAML and INI alike); a colon inside a [range] is no port."""
+    match = HOST_PORT.match(pattern)
+    if match and ":" not in re.sub(r"\[[^\]]*\]", "", match.group(1)):
+        return match.group(1), int(match.group(2))
+    return pattern, None
+
+
 def _declare_hosts(raw, group, pattern, host_vars, path, origin, collector) -> None:
+    pattern, port = _split_port(pattern)
     try:
         names = expand_host_range(pattern)
     except HostRangeError as error:
@@ -251,6 +269,8 @@ def _declare_hosts(raw, group, pattern, host_vars, path, origin, collector) -> N
         host.declarations.append(origin)
         if host_name not in group.hosts:
             group.hosts.append(host_name)
+        if port is not None:
+            _set_var(host.file_vars, "ansible_port", port, origin)
         for key, value in (host_vars or {}).items():
             var_origin = Origin(path, _line_of(host_vars, key)) if path else origin
             _set_var(host.file_vars, key, value, var_origin)
@@ -299,14 +319,15 @@ def _read_ini_inventory(path: Path, text: str, raw: RawInventory, collector: Fin
         if not line or line[0] in "#;":
             continue
         if line.startswith("["):
-            if not line.endswith("]") or " " in line:
+            section = INI_SECTION.match(line)
+            if section is None:
                 collector.error(f"invalid section header {line!r}", origin=origin,
                                 hint="write [group], [group:vars] or [group:children]")
+                state = "skip"  # its lines belong to no known group
                 continue
-            group_name, _, state = line[1:-1].partition(":")
-            state = state or "hosts"
+            group_name, state = section.group(1), section.group(2) or "hosts"
             if state not in ("hosts", "vars", "children"):
-                collector.error(f"section [{line[1:-1]}] has unknown type '{state}'",
+                collector.error(f"section [{group_name}:{state}] has unknown type '{state}'",
                                 origin=origin, hint="use :vars or :children")
                 state = "skip"
                 continue
@@ -326,7 +347,11 @@ def _read_ini_inventory(path: Path, text: str, raw: RawInventory, collector: Fin
             _set_var(group.file_vars, key.strip(), _parse_ini_value(value.strip()), origin)
             _update_priority(group, collector)
         elif state == "children":
-            raw.add_child(group_name, line.split()[0], origin)
+            child = INI_GROUP_NAME.match(line)
+            if child is None:
+                collector.error(f"expected a group name, got {line!r}", origin=origin)
+                continue
+            raw.add_child(group_name, child.group(1), origin)
         else:
             _read_ini_host_line(line, group, origin, raw, collector)
 
@@ -340,11 +365,6 @@ def _read_ini_host_line(line, group, origin, raw, collector) -> None:
     if not tokens:
         return
     pattern, host_vars = tokens[0], LocatedDict()
-    if ":" in pattern and not pattern.startswith("[") and pattern.count(":") == 1 and (
-        "[" not in pattern
-    ):
-        pattern, port = pattern.split(":")
-        host_vars["ansible_port"] = _parse_ini_value(port)
     for token in tokens[1:]:
         key, sep, value = token.partition("=")
         if not sep:
