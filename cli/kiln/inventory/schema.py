@@ -94,6 +94,10 @@ class RolloutSpec(StrictModel):
 
 class SlurmSpec(StrictModel):
     accounting: bool = Field(False, description="slurmdbd with MariaDB for job accounting")
+    cgroup: bool = Field(True, description="confine jobs with cgroups (off in containers, "
+                         "whose cgroups are the host's)")
+    quarantine_new_nodes: bool = Field(True, description="new nodes join drained until "
+                                       "burn-in passes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +155,8 @@ KEYS: dict[str, KeySpec] = {
                 "quick suite, the profile's floors", model=BurninSpec),
         KeySpec("kiln_rollout", "cluster", "RolloutSpec", "rolling batches and shards",
                 "all hosts in one batch, no failures tolerated", model=RolloutSpec),
-        KeySpec("kiln_slurm", "cluster", "SlurmSpec", "Slurm options", "accounting off",
+        KeySpec("kiln_slurm", "cluster", "SlurmSpec", "Slurm options",
+                "accounting off, cgroups on, new nodes quarantined",
                 model=SlurmSpec),
         KeySpec("kiln_munge_key", "cluster", "secret",
                 "munge key (ansible-vault only); generated on the controller if unset",

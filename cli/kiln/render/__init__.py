@@ -12,12 +12,14 @@ import jinja2
 
 from kiln.paths import TEMPLATES_DIR
 from kiln.render.hostlist import compress, expand
+from kiln.render.slurm_change import slurm_conf_action
 
 MANAGED_HEADER = "Managed by kiln from the inventory; local changes are overwritten."
 
 FILTERS = {
     "hostlist": compress,
     "expand_hostlist": expand,
+    "slurm_conf_action": slurm_conf_action,
 }
 
 

@@ -61,6 +61,7 @@ def cluster_context(cluster: Cluster) -> dict:
             "leaf_switches": switches(compute),
             "has_gpus": any(node.has_gpus for node in compute),
             "accounting": cluster.slurm.accounting,
+            "cgroup": cluster.slurm.cgroup,
             "slurm_version": cluster.versions.slurm,
         }
     }

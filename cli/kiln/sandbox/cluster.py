@@ -1,0 +1,152 @@
+"""The sandbox network and its containers: systemd as PID 1, fixed names and addresses.
+
+The flags are the ones that work on a cgroup v1 host where `--privileged` fails with
+"unable to apply caps": SYS_ADMIN, no seccomp filter, the host's cgroup tree read-write and
+tmpfs on /run and /run/lock.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from dataclasses import dataclass
+
+from kiln.errors import OperationFailed
+from kiln.sandbox.config import GATEWAY, LABEL, NETWORK, ROLE_LABEL, SUBNET, Node
+from kiln.sandbox.docker import docker
+
+SYSTEMD_FLAGS = (
+    "--cap-add", "SYS_ADMIN",
+    "--security-opt", "seccomp=unconfined",
+    "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+    "--tmpfs", "/run",
+    "--tmpfs", "/run/lock",
+)  # fmt: skip
+SYSTEMD_COMMAND = "/lib/systemd/systemd"
+READY_STATES = ("running", "degraded")
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    name: str
+    address: str
+    state: str  # docker's: running, exited, created, ... or "absent"
+    image_id: str  # what it runs, as an image ID, so a rebuilt tag is noticed
+    role: str
+
+
+def network_create_command() -> list[str]:
+    return [
+        "network", "create",
+        "--driver", "bridge",
+        "--subnet", SUBNET,
+        "--gateway", GATEWAY,
+        "--label", f"{LABEL}=1",
+        NETWORK,
+    ]  # fmt: skip
+
+
+def run_command(node: Node, image: str) -> list[str]:
+    """`docker run` arguments for one node."""
+    return [
+        "run", "--detach",
+        "--name", node.name,
+        "--hostname", node.name,
+        "--network", NETWORK,
+        "--ip", node.address,
+        "--label", f"{LABEL}=1",
+        "--label", f"{ROLE_LABEL}={node.role}",
+        *SYSTEMD_FLAGS,
+        "--stop-signal", "SIGRTMIN+3",
+        "--env", "container=docker",
+        image,
+        SYSTEMD_COMMAND,
+    ]  # fmt: skip
+
+
+def ensure_network() -> bool:
+    """Create the network unless it exists; True when it was created."""
+    if docker(["network", "inspect", NETWORK], check=False).returncode == 0:
+        return False
+    docker(network_create_command())
+    return True
+
+
+def remove_network() -> bool:
+    if docker(["network", "inspect", NETWORK], check=False).returncode != 0:
+        return False
+    docker(["network", "rm", NETWORK])
+    return True
+
+
+def containers() -> list[ContainerState]:
+    """Every container labelled as part of the sandbox, sorted by name."""
+    ids = docker(["ps", "--all", "--quiet", "--filter", f"label={LABEL}"]).stdout.split()
+    if not ids:
+        return []
+    found = []
+    for info in json.loads(docker(["inspect", *ids]).stdout):
+        networks = info.get("NetworkSettings", {}).get("Networks") or {}
+        found.append(
+            ContainerState(
+                name=info["Name"].lstrip("/"),
+                address=(networks.get(NETWORK) or {}).get("IPAddress", ""),
+                state=info["State"]["Status"],
+                image_id=info["Image"],
+                role=info["Config"]["Labels"].get(ROLE_LABEL, ""),
+            )
+        )
+    return sorted(found, key=lambda c: (c.role != "controller", c.name))
+
+
+def image_id(tag: str) -> str:
+    return docker(["image", "inspect", "--format", "{{.Id}}", tag]).stdout.strip()
+
+
+def ensure_container(node: Node, image: str, existing: ContainerState | None) -> str:
+    """Start `node`, reusing a container of the same image. Returns what was done."""
+    if existing is not None:
+        if existing.image_id == image_id(image) and existing.address in (node.address, ""):
+            if existing.state == "running":
+                return "reused"
+            docker(["start", node.name])
+            return "started"
+        docker(["rm", "--force", node.name])
+        docker(run_command(node, image))
+        return "recreated"
+    docker(run_command(node, image))
+    return "created"
+
+
+def remove_container(name: str) -> None:
+    docker(["rm", "--force", "--volumes", name])
+
+
+def systemd_state(name: str) -> str:
+    """`systemctl is-system-running` inside the container (running, degraded, starting, ...)."""
+    proc = docker(["exec", name, "systemctl", "is-system-running"], check=False, timeout=30)
+    return proc.stdout.strip() or "unknown"
+
+
+def _port_open(address: str, port: int = 22) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=1) as conn:
+            return conn.recv(4).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+def wait_ready(node: Node, timeout: float = 90) -> str:
+    """Wait until systemd finished booting and sshd answers; the systemd state."""
+    deadline = time.monotonic() + timeout
+    state = "unknown"
+    while time.monotonic() < deadline:
+        state = systemd_state(node.name)
+        if state in READY_STATES and _port_open(node.address):
+            return state
+        time.sleep(0.5)
+    raise OperationFailed(
+        f"{node.name} did not become ready within {timeout:.0f}s (systemd: {state}; "
+        f"sshd on {node.address}:22 {'answers' if _port_open(node.address) else 'does not answer'})"
+    )

@@ -1,0 +1,233 @@
+"""The node image: a minimal Debian bookworm with systemd as PID 1, sshd, python3 and sudo.
+
+Built once and reused. It is tagged `kiln-node:<hash of its recipe>` (and `kiln-node:latest`),
+so a changed recipe builds a new image and an unchanged one is never rebuilt. Two ways to the
+same base: `FROM debian:bookworm` plus apt where a registry answers, else (air-gapped, as here)
+debootstrap from the Debian archive, with a .deb cache under ~/.cache/kiln so rebuilds are fast.
+The same customisation script then runs on either base. Roles install everything else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kiln.errors import EnvironmentProblem, OperationFailed
+from kiln.sandbox.config import IMAGE_REPO, LABEL
+from kiln.sandbox.docker import docker
+
+Progress = Callable[..., None]
+
+SUITE = "bookworm"
+PACKAGES = ("systemd", "systemd-sysv", "python3", "openssh-server", "sudo", "iproute2")
+MIRROR = os.environ.get("KILN_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+SECURITY_MIRROR = os.environ.get(
+    "KILN_DEBIAN_SECURITY_MIRROR", "http://deb.debian.org/debian-security"
+)
+REGISTRY_BASE = "debian:bookworm"
+RECIPE_LABEL = f"{LABEL}.recipe"
+
+# Runs as root inside the base image (either path); keep it POSIX sh and idempotent.
+CUSTOMIZE = f"""\
+set -eu
+# The whole Debian archive (contrib/non-free too: the NVIDIA stack lives there), so roles can
+# apt-get install exactly as on a real server.
+rm -f /etc/apt/sources.list
+cat > /etc/apt/sources.list.d/debian.sources <<'SOURCES'
+Types: deb
+URIs: {MIRROR}
+Suites: {SUITE} {SUITE}-updates
+Components: main contrib non-free non-free-firmware
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: {SECURITY_MIRROR}
+Suites: {SUITE}-security
+Components: main contrib non-free non-free-firmware
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SOURCES
+# Services start on install, as on a real server.
+rm -f /usr/sbin/policy-rc.d
+# Every node gets its own identity: host keys and machine-id are made at first boot.
+rm -f /etc/ssh/ssh_host_*
+: > /etc/machine-id
+rm -f /var/lib/dbus/machine-id
+cat > /etc/systemd/system/kiln-ssh-host-keys.service <<'UNIT'
+[Unit]
+Description=Generate this node's own SSH host keys
+Before=ssh.service
+ConditionPathExists=!/etc/ssh/ssh_host_ed25519_key
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/ssh-keygen -A
+
+[Install]
+WantedBy=ssh.service multi-user.target
+UNIT
+systemctl enable kiln-ssh-host-keys.service ssh.service
+systemctl set-default multi-user.target
+# Lean: a small, disk-backed journal instead of one in /run (tmpfs is memory).
+mkdir -p /etc/systemd/journald.conf.d /var/log/journal
+printf '[Journal]\\nStorage=persistent\\nSystemMaxUse=64M\\nRuntimeMaxUse=16M\\n' \\
+  > /etc/systemd/journald.conf.d/kiln.conf
+install -d -m 0700 /root/.ssh
+apt-get clean
+rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /tmp/* /var/tmp/*
+"""
+
+# (`docker commit --change` refuses STOPSIGNAL on Docker 20.10: `docker run` sets it instead.)
+IMAGE_CHANGES = (
+    'CMD ["/lib/systemd/systemd"]',
+    "ENV container=docker",
+)
+
+
+@dataclass(frozen=True)
+class ImageResult:
+    tag: str
+    built: bool  # False: an image with this recipe already existed
+    source: str  # "cached", "cached base image", "registry" or "debootstrap"
+    seconds: float
+
+
+def base_recipe() -> dict[str, object]:
+    return {"suite": SUITE, "variant": "minbase", "packages": list(PACKAGES)}
+
+
+def recipe_hash(customize: str = CUSTOMIZE) -> str:
+    recipe = {"base": base_recipe(), "customize": customize, "changes": list(IMAGE_CHANGES)}
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def image_tag() -> str:
+    return f"{IMAGE_REPO}:{recipe_hash()}"
+
+
+def _base_tag() -> str:
+    digest = hashlib.sha256(json.dumps(base_recipe(), sort_keys=True).encode()).hexdigest()[:12]
+    return f"{IMAGE_REPO}-base:{digest}"
+
+
+def _exists(ref: str) -> bool:
+    return docker(["image", "inspect", ref], check=False, timeout=30).returncode == 0
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(root) / "kiln"
+
+
+def debootstrap_command(rootfs: Path, debs: Path) -> list[str]:
+    return [
+        "debootstrap",
+        "--variant=minbase",
+        f"--cache-dir={debs}",
+        f"--include={','.join(PACKAGES)}",
+        SUITE,
+        str(rootfs),
+        MIRROR,
+    ]
+
+
+def _registry_answers() -> bool:
+    """Use `FROM debian:bookworm` only where it is already here or a pull works quickly."""
+    source = os.environ.get("KILN_SANDBOX_IMAGE_SOURCE", "auto")
+    if source == "debootstrap":
+        return False
+    if _exists(REGISTRY_BASE):
+        return True
+    return docker(["pull", REGISTRY_BASE], check=False, timeout=60).returncode == 0
+
+
+def _base_from_registry(tag: str) -> None:
+    install = (
+        "set -eu; export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; "
+        f"apt-get install -y -qq --no-install-recommends {' '.join(PACKAGES)} >/dev/null"
+    )
+    _run_and_commit(REGISTRY_BASE, install, tag, changes=())
+
+
+def _base_from_debootstrap(tag: str, progress: Progress) -> None:
+    if shutil.which("debootstrap") is None:
+        raise EnvironmentProblem(
+            "debootstrap is not installed (needed to build the node image without a registry)",
+            hint="run scripts/ensure-docker.sh as root (installs docker.io and debootstrap)",
+        )
+    if os.geteuid() != 0:
+        raise EnvironmentProblem(
+            "building the node image with debootstrap needs root",
+            hint=f"run `kiln sandbox up` once as root, or make `docker pull {REGISTRY_BASE}` work",
+        )
+    debs = cache_dir() / "debootstrap-debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="rootfs-", dir=cache_dir()) as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        cmd = debootstrap_command(rootfs, debs)
+        with subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ) as proc:
+            tail: list[str] = []
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                tail = (tail + [line.rstrip()])[-20:]
+                progress(line.rstrip(), detail=True)
+        if proc.returncode != 0:
+            raise OperationFailed(
+                f"debootstrap failed (rc {proc.returncode}): " + " | ".join(tail[-5:])
+            )
+        progress("importing the root filesystem into Docker")
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        imported = subprocess.run(
+            ["docker", "import", "-", tag], stdin=tar.stdout, capture_output=True, text=True
+        )
+        assert tar.stdout is not None
+        tar.stdout.close()
+        if tar.wait() != 0 or imported.returncode != 0:
+            raise OperationFailed(f"docker import failed: {imported.stderr.strip()}")
+
+
+def _run_and_commit(image: str, script: str, tag: str, changes: tuple[str, ...]) -> None:
+    name = f"kiln-build-{os.getpid()}"
+    docker(["rm", "-f", name], check=False)
+    try:
+        docker(
+            ["run", "--name", name, "--network", "bridge", image, "/bin/sh", "-c", script],
+            timeout=900,
+        )
+        change_args = [arg for change in changes for arg in ("--change", change)]
+        docker(["commit", *change_args, name, tag])
+    finally:
+        docker(["rm", "-f", name], check=False)
+
+
+def ensure_image(progress: Progress, *, rebuild: bool = False) -> ImageResult:
+    """The node image for the current recipe, building it only when it is not there yet."""
+    start = time.monotonic()
+    tag = image_tag()
+    if _exists(tag) and not rebuild:
+        return ImageResult(tag, built=False, source="cached", seconds=time.monotonic() - start)
+    base = _base_tag()
+    source = "cached base image"
+    if rebuild or not _exists(base):
+        if _registry_answers():
+            source = "registry"
+            progress(f"building the base image from {REGISTRY_BASE}")
+            _base_from_registry(base)
+        else:
+            source = "debootstrap"
+            progress("building the base image with debootstrap from the Debian archive (~40 s)")
+            _base_from_debootstrap(base, progress)
+    progress(f"customising the node image {tag}")
+    changes = (*IMAGE_CHANGES, f"LABEL {LABEL}=1 {RECIPE_LABEL}={recipe_hash()}")
+    _run_and_commit(base, CUSTOMIZE, tag, changes)
+    docker(["tag", tag, f"{IMAGE_REPO}:latest"])
+    return ImageResult(tag, built=True, source=source, seconds=time.monotonic() - start)

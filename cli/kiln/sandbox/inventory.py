@@ -1,0 +1,86 @@
+"""The sandbox's Ansible inventory: hosts.yml and group_vars/all.yml, rendered as text.
+
+Rendered by hand, not dumped, so the files are stable byte for byte: the committed
+inventories/sandbox/ must equal what `kiln sandbox up --nodes 2` writes (a unit test checks).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kiln.sandbox.config import Node, Paths, nodes
+
+CLUSTER_NAME = "sandbox"
+HEADER = "# The local sandbox cluster, written by `kiln sandbox up --nodes {n}`.\n"
+
+
+def _host(node: Node) -> str:
+    return (
+        f"        {node.name}:\n"
+        f"          ansible_host: {node.address}\n"
+        f"          kiln_rack: sandbox\n"
+        f"          kiln_gpu_model: none\n"
+        f"          kiln_gpu_count: 0\n"
+    )
+
+
+def render_hosts(count: int) -> str:
+    all_nodes = nodes(count)
+    controllers = [n for n in all_nodes if n.role == "controller"]
+    compute = [n for n in all_nodes if n.role == "compute"]
+    return (
+        "---\n"
+        + HEADER.format(n=count)
+        + "all:\n"
+        + "  children:\n"
+        + "    kiln_controllers:\n"
+        + "      hosts:\n"
+        + "".join(_host(n) for n in controllers)
+        + "    kiln_compute:\n"
+        + "      hosts:\n"
+        + "".join(_host(n) for n in compute)
+    )
+
+
+def render_group_vars(paths: Paths) -> str:
+    key = paths.display(paths.private_key)
+    known_hosts = paths.display(paths.known_hosts)
+    return (
+        "---\n"
+        "# Written by `kiln sandbox up`. SSH host key checking stays on:\n"
+        "# known_hosts holds the host keys read from inside each container.\n"
+        f"kiln_cluster_name: {CLUSTER_NAME}\n"
+        "# Debian 12's Slurm; the CPU-only nodes never load a driver, but the versions must\n"
+        "# still be a combination the compatibility table accepts.\n"
+        "kiln_versions:\n"
+        "  driver_branch: 535\n"
+        '  cuda: "12.2"\n'
+        '  nccl: "2.18.5"\n'
+        '  slurm: "22.05"\n'
+        "# Containers share the host's cgroup tree, so Slurm confines nothing with cgroups\n"
+        "# here; nodes join idle so the demo runs jobs at once (burn-in gates real nodes).\n"
+        "kiln_slurm:\n"
+        "  cgroup: false\n"
+        "  quarantine_new_nodes: false\n"
+        "ansible_user: root\n"
+        "ansible_python_interpreter: /usr/bin/python3\n"
+        "ansible_pipelining: true\n"
+        f"ansible_ssh_private_key_file: {key}\n"
+        "ansible_ssh_common_args: >-\n"
+        f"  -o UserKnownHostsFile={known_hosts}\n"
+        "  -o StrictHostKeyChecking=yes\n"
+    )
+
+
+def render(count: int, paths: Paths) -> dict[str, str]:
+    """Relative path -> content of every file of the inventory."""
+    return {"hosts.yml": render_hosts(count), "group_vars/all.yml": render_group_vars(paths)}
+
+
+def write(directory: Path, count: int, paths: Paths) -> Path:
+    """Write the inventory into `directory` (replacing those files); returns the directory."""
+    for relative, content in render(count, paths).items():
+        target = directory / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+    return directory

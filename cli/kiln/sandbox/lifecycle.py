@@ -1,0 +1,110 @@
+"""`up`, `down` and `status` of the sandbox: each returns a result object and never prints.
+
+Progress goes through the `progress(message, detail=False)` callback the command passes in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kiln.errors import InvalidInputError
+from kiln.sandbox import cluster, image, inventory, ssh
+from kiln.sandbox.config import MAX_NODES, Paths, nodes
+from kiln.sandbox.docker import require_docker
+
+Progress = Callable[..., None]
+
+
+def _quiet(message: str, *, detail: bool = False) -> None:
+    """The default progress callback: discard."""
+
+
+@dataclass
+class NodeResult:
+    name: str
+    address: str
+    action: str  # created, started, reused, recreated
+    systemd: str
+
+
+@dataclass
+class UpResult:
+    inventory_dir: Path
+    image: image.ImageResult
+    nodes: list[NodeResult] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)  # surplus compute nodes from a larger `up`
+    seconds: float = 0.0
+
+
+@dataclass
+class DownResult:
+    removed: list[str]
+    network_removed: bool
+
+
+@dataclass
+class StatusRow:
+    name: str
+    address: str
+    state: str
+    systemd: str
+
+
+def up(count: int, paths: Paths, progress: Progress = _quiet, *, rebuild: bool = False) -> UpResult:
+    """Bring up a controller and `count` compute nodes, trusted over SSH, with an inventory."""
+    if not 1 <= count <= MAX_NODES:
+        raise InvalidInputError(f"--nodes must be between 1 and {MAX_NODES}, not {count}")
+    start = time.monotonic()
+    require_docker()
+    img = image.ensure_image(progress, rebuild=rebuild)
+    if img.built:
+        progress(f"built {img.tag} from {img.source} in {img.seconds:.0f}s")
+
+    wanted = nodes(count)
+    cluster.ensure_network()
+    existing = {c.name: c for c in cluster.containers()}
+    removed = sorted(set(existing) - {n.name for n in wanted})
+    for name in removed:
+        progress(f"removing {name} (not part of a {count}-node sandbox)")
+        cluster.remove_container(name)
+    actions = {}
+    for node in wanted:
+        actions[node.name] = cluster.ensure_container(node, img.tag, existing.get(node.name))
+        progress(f"{node.name}: {actions[node.name]}")
+
+    ssh.ensure_keypair(paths.private_key)
+    lines, results = [], []
+    for node in wanted:
+        progress(f"waiting for systemd and sshd on {node.name}")
+        state = cluster.wait_ready(node)
+        ssh.authorize(node, paths.public_key)
+        lines.append(ssh.known_hosts_line(node, ssh.host_key(node)))
+        results.append(NodeResult(node.name, node.address, actions[node.name], state))
+    ssh.write_known_hosts(paths.known_hosts, lines)
+    inventory.write(paths.inventory_dir, count, paths)
+
+    for node in wanted:
+        progress(f"proving ssh with host key checking to {node.name}")
+        ssh.prove(node, paths.private_key, paths.known_hosts)
+    return UpResult(paths.inventory_dir, img, results, removed, time.monotonic() - start)
+
+
+def down() -> DownResult:
+    """Remove the containers and the network; the image and the keys stay."""
+    require_docker()
+    names = [c.name for c in cluster.containers()]
+    for name in names:
+        cluster.remove_container(name)
+    return DownResult(names, cluster.remove_network())
+
+
+def status() -> list[StatusRow]:
+    require_docker()
+    rows = []
+    for c in cluster.containers():
+        systemd = cluster.systemd_state(c.name) if c.state == "running" else "-"
+        rows.append(StatusRow(c.name, c.address or "-", c.state, systemd))
+    return rows

@@ -1,0 +1,145 @@
+"""The sandbox without Docker: inventory rendering, docker command lines, known_hosts format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kiln.errors import EnvironmentProblem
+from kiln.sandbox import cluster, config, docker, inventory, ssh
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def default_paths(monkeypatch: pytest.MonkeyPatch) -> config.Paths:
+    monkeypatch.delenv("KILN_HOME", raising=False)
+    return config.paths()
+
+
+def _hosts(count: int) -> dict:
+    return yaml.safe_load(inventory.render_hosts(count))
+
+
+@pytest.mark.parametrize("count", [1, 2, 5, 12])
+def test_hosts_has_the_controller_and_n_compute_nodes(count: int) -> None:
+    groups = _hosts(count)["all"]["children"]
+    assert list(groups["kiln_controllers"]["hosts"]) == ["kiln-ctl"]
+    compute = groups["kiln_compute"]["hosts"]
+    assert list(compute) == [f"kiln-node{i:02d}" for i in range(1, count + 1)]
+    assert groups["kiln_controllers"]["hosts"]["kiln-ctl"]["ansible_host"] == "172.31.250.10"
+    assert compute[f"kiln-node{count:02d}"] == {
+        "ansible_host": f"172.31.250.{10 + count}",
+        "kiln_rack": "sandbox",
+        "kiln_gpu_model": "none",
+        "kiln_gpu_count": 0,
+    }
+
+
+def test_group_vars_use_tilde_paths_with_the_default_state_dir(default_paths) -> None:
+    text = inventory.render_group_vars(default_paths)
+    assert yaml.safe_load(text) == {
+        "kiln_cluster_name": "sandbox",
+        "kiln_versions": {"driver_branch": 535, "cuda": "12.2", "nccl": "2.18.5", "slurm": "22.05"},
+        "kiln_slurm": {"cgroup": False, "quarantine_new_nodes": False},
+        "ansible_user": "root",
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "ansible_pipelining": True,
+        "ansible_ssh_private_key_file": "~/.kiln/sandbox/id_ed25519",
+        "ansible_ssh_common_args": (
+            "-o UserKnownHostsFile=~/.kiln/sandbox/known_hosts -o StrictHostKeyChecking=yes"
+        ),
+    }
+
+
+def test_group_vars_use_absolute_paths_for_another_kiln_home(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("KILN_HOME", str(tmp_path / "state"))
+    paths = config.paths()
+    assert paths.private_key == tmp_path / "state" / "sandbox" / "id_ed25519"
+    values = yaml.safe_load(inventory.render_group_vars(paths))
+    assert values["ansible_ssh_private_key_file"] == f"{tmp_path}/state/sandbox/id_ed25519"
+    assert (
+        f"UserKnownHostsFile={tmp_path}/state/sandbox/known_hosts"
+        in (values["ansible_ssh_common_args"])
+    )
+
+
+def test_kiln_home_equal_to_the_default_still_writes_tilde(monkeypatch) -> None:
+    monkeypatch.setenv("KILN_HOME", "~/.kiln")
+    assert config.paths().display_state_dir == "~/.kiln"
+
+
+@pytest.mark.parametrize("count", [1, 2, 7])
+def test_rendered_files_are_safe_yaml_documents(count: int, default_paths) -> None:
+    for name, text in inventory.render(count, default_paths).items():
+        assert text.startswith("---\n"), name
+        assert "{{" not in text and "{%" not in text, name
+        assert all(len(line) <= 100 for line in text.splitlines()), name
+
+
+def test_committed_sandbox_inventory_equals_the_two_node_rendering(default_paths) -> None:
+    committed = REPO / "inventories" / "sandbox"
+    for relative, text in inventory.render(2, default_paths).items():
+        assert (committed / relative).read_text() == text, relative
+
+
+def test_write_creates_the_inventory_dir(tmp_path, default_paths) -> None:
+    inventory.write(tmp_path / "inv", 3, default_paths)
+    assert (tmp_path / "inv" / "hosts.yml").read_text() == inventory.render_hosts(3)
+    assert (tmp_path / "inv" / "group_vars" / "all.yml").is_file()
+
+
+def test_run_command_boots_systemd_with_the_flags_that_work_without_privileged() -> None:
+    node = config.Node("kiln-node01", "172.31.250.11", "compute")
+    assert cluster.run_command(node, "kiln-node:abc") == [
+        "run", "--detach",
+        "--name", "kiln-node01",
+        "--hostname", "kiln-node01",
+        "--network", "kiln-sandbox",
+        "--ip", "172.31.250.11",
+        "--label", "kiln.sandbox=1",
+        "--label", "kiln.sandbox.role=compute",
+        "--cap-add", "SYS_ADMIN",
+        "--security-opt", "seccomp=unconfined",
+        "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+        "--tmpfs", "/run",
+        "--tmpfs", "/run/lock",
+        "--stop-signal", "SIGRTMIN+3",
+        "--env", "container=docker",
+        "kiln-node:abc",
+        "/lib/systemd/systemd",
+    ]  # fmt: skip
+    assert "--privileged" not in cluster.run_command(node, "x")
+
+
+def test_network_has_the_fixed_subnet_and_label() -> None:
+    assert cluster.network_create_command() == [
+        "network", "create", "--driver", "bridge",
+        "--subnet", "172.31.250.0/24", "--gateway", "172.31.250.1",
+        "--label", "kiln.sandbox=1", "kiln-sandbox",
+    ]  # fmt: skip
+
+
+def test_known_hosts_line_names_hostname_and_address() -> None:
+    node = config.Node("kiln-ctl", "172.31.250.10", "controller")
+    line = ssh.known_hosts_line(node, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIexample")
+    assert line == "kiln-ctl,172.31.250.10 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIexample"
+
+
+def test_ssh_command_keeps_host_key_checking_on(tmp_path) -> None:
+    node = config.Node("kiln-ctl", "172.31.250.10", "controller")
+    cmd = ssh.ssh_command(node, tmp_path / "key", tmp_path / "known_hosts")
+    assert cmd[0] == "ssh" and cmd[-2:] == ["root@172.31.250.10", "true"]
+    assert "StrictHostKeyChecking=yes" in cmd and "BatchMode=yes" in cmd
+    assert f"UserKnownHostsFile={tmp_path / 'known_hosts'}" in cmd
+    assert not any("StrictHostKeyChecking=no" in arg for arg in cmd)
+
+
+def test_missing_docker_is_an_environment_problem(monkeypatch) -> None:
+    monkeypatch.setattr(docker.shutil, "which", lambda name: None)
+    with pytest.raises(EnvironmentProblem) as raised:
+        docker.require_docker()
+    assert raised.value.exit_code == 3
+    assert "ensure-docker.sh" in (raised.value.hint or "")
