@@ -52,7 +52,15 @@ def _register() -> None:
 
     app.add_typer(sandbox.app, name="sandbox")
 
+    from kiln.commands import facts, provision, unlock
 
+    app.command("provision")(provision.provision)
+    app.command("unlock")(unlock.unlock)
+    app.command("facts")(facts.facts)
+
+    from kiln.commands import exec_
+
+    app.command("exec")(exec_.exec_)
 
 
 _register()

@@ -11,8 +11,16 @@ from pathlib import Path
 
 NODES_PER_RACK = 32
 # The eight compute-fabric HCAs of a DGX H100 (the storage/in-band ports are left out).
-DGX_H100_COMPUTE_HCAS = ("mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9",
-                         "mlx5_10", "mlx5_11")
+DGX_H100_COMPUTE_HCAS = (
+    "mlx5_0",
+    "mlx5_3",
+    "mlx5_4",
+    "mlx5_5",
+    "mlx5_6",
+    "mlx5_9",
+    "mlx5_10",
+    "mlx5_11",
+)
 
 GROUP_VARS_ALL = """\
 ---

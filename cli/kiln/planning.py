@@ -61,12 +61,19 @@ class Plan:
             "inventory": str(self.cluster.inventory_dir),
             "versions": self.cluster.versions.model_dump(),
             "stages": [
-                {"name": s.name, "summary": s.summary, "host_count": len(s.hosts),
-                 "hosts": compress(s.hosts), "batches": [compress(b) for b in s.batches]}
+                {
+                    "name": s.name,
+                    "summary": s.summary,
+                    "host_count": len(s.hosts),
+                    "hosts": compress(s.hosts),
+                    "batches": [compress(b) for b in s.batches],
+                }
                 for s in self.stages
             ],
-            "files": [{"name": f.name, "sha256": f.sha256,
-                       "lines": f.content.count("\n")} for f in self.files],
+            "files": [
+                {"name": f.name, "sha256": f.sha256, "lines": f.content.count("\n")}
+                for f in self.files
+            ],
             "changed_files": self.changed_files,
         }
 
@@ -87,8 +94,7 @@ def split_batches(hosts: list[str], batch_size: int | str) -> list[list[str]]:
 
 def render_files(cluster: Cluster) -> list[GeneratedFile]:
     context = cluster_context(cluster)
-    return [GeneratedFile(name, render_template(f"{name}.j2", context))
-            for name in GENERATED_FILES]
+    return [GeneratedFile(name, render_template(f"{name}.j2", context)) for name in GENERATED_FILES]
 
 
 def make_plan(cluster: Cluster, batch_size: int | str | None = None) -> Plan:

@@ -77,7 +77,10 @@ def test_plan_json_lists_stages_batches_and_files(capsys):
     document = json.loads(out)
     assert document["kiln"] == "plan" and document["schema_version"] == 1
     assert [f["name"] for f in document["files"]] == [
-        "slurm.conf", "gres.conf", "cgroup.conf", "topology.conf"
+        "slurm.conf",
+        "gres.conf",
+        "cgroup.conf",
+        "topology.conf",
     ]
     for stage in document["stages"]:
         if stage["name"] == "preflight":

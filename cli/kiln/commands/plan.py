@@ -22,22 +22,26 @@ def _shorten(hostlist: str, width: int = 60) -> str:
 
 def render(plan: Plan, output: Path | None) -> None:
     cluster = plan.cluster
-    out.print(f"Plan for cluster [bold]{cluster.name}[/]: {len(cluster.controllers)} "
-              f"controller(s), {len(cluster.compute)} compute nodes, {cluster.gpu_total} GPUs")
+    out.print(
+        f"Plan for cluster [bold]{cluster.name}[/]: {len(cluster.controllers)} "
+        f"controller(s), {len(cluster.compute)} compute nodes, {cluster.gpu_total} GPUs"
+    )
     out.print(f"Versions: {cluster.versions.describe()}")
     table = Table("stage", "hosts", "batches", "first batch", "what it does")
     for stage in plan.stages:
         first = _shorten(compress(stage.batches[0])) if stage.batches else "-"
-        table.add_row(stage.name, str(len(stage.hosts)), str(len(stage.batches)), first,
-                      stage.summary)
+        table.add_row(
+            stage.name, str(len(stage.hosts)), str(len(stage.batches)), first, stage.summary
+        )
     out.print(table)
     files = Table("generated file", "lines", "sha256")
     for generated in plan.files:
         status = ""
         if output is not None:
             status = " (changed)" if generated.name in plan.changed_files else " (unchanged)"
-        files.add_row(generated.name + status, str(generated.content.count("\n")),
-                      generated.sha256[:16])
+        files.add_row(
+            generated.name + status, str(generated.content.count("\n")), generated.sha256[:16]
+        )
     out.print(files)
     if output is not None:
         err.print(f"wrote {len(plan.files)} files to {output}")
@@ -45,17 +49,29 @@ def render(plan: Plan, output: Path | None) -> None:
 
 def plan(
     inventory: Annotated[Path, typer.Argument(help="Ansible inventory directory (or file).")],
-    output: Annotated[Path | None, typer.Option(
-        "--output", "-o", help="Write slurm.conf, gres.conf, cgroup.conf and topology.conf here.",
-    )] = None,
-    batch_size: Annotated[str | None, typer.Option(
-        "--batch-size", help="Hosts per rolling batch, a count or N% (default: kiln_rollout).",
-    )] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write slurm.conf, gres.conf, cgroup.conf and topology.conf here.",
+        ),
+    ] = None,
+    batch_size: Annotated[
+        str | None,
+        typer.Option(
+            "--batch-size",
+            help="Hosts per rolling batch, a count or N% (default: kiln_rollout).",
+        ),
+    ] = None,
     json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
-    detailed_exitcode: Annotated[bool, typer.Option(
-        "--detailed-exitcode",
-        help="Exit 4 when a generated file differs from the one in --output.",
-    )] = False,
+    detailed_exitcode: Annotated[
+        bool,
+        typer.Option(
+            "--detailed-exitcode",
+            help="Exit 4 when a generated file differs from the one in --output.",
+        ),
+    ] = False,
 ) -> int:
     """Show what `kiln provision` would do, offline: stages, hosts, batches and files.
 
@@ -64,12 +80,16 @@ def plan(
     size: int | str | None = None
     if batch_size is not None:
         if not BATCH_SIZE.match(batch_size):
-            raise InvalidInputError(f"--batch-size {batch_size!r} is neither a count nor N%",
-                                    hint="for example --batch-size 8 or --batch-size 25%")
+            raise InvalidInputError(
+                f"--batch-size {batch_size!r} is neither a count nor N%",
+                hint="for example --batch-size 8 or --batch-size 25%",
+            )
         size = int(batch_size) if batch_size.isdigit() else batch_size
     if detailed_exitcode and output is None:
-        raise InvalidInputError("--detailed-exitcode compares against --output DIR",
-                                hint="add --output DIR (the files you keep under version control)")
+        raise InvalidInputError(
+            "--detailed-exitcode compares against --output DIR",
+            hint="add --output DIR (the files you keep under version control)",
+        )
     cluster = require_valid(inventory)
     result = make_plan(cluster, size)
     if output is not None:

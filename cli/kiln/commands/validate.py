@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-
 from rich.markup import escape
 
 from kiln.console import err, out, print_json
@@ -28,8 +27,9 @@ def render(result: LoadResult) -> None:
             f"{len(result.warnings)} warning(s)"
         )
     else:
-        err.print(f"{len(result.errors)} error(s), {len(result.warnings)} warning(s); "
-                  "nothing was touched")
+        err.print(
+            f"{len(result.errors)} error(s), {len(result.warnings)} warning(s); nothing was touched"
+        )
 
 
 def validate(
@@ -43,20 +43,25 @@ def validate(
     result = load_cluster(inventory)
     if json:
         cluster = result.cluster
-        print_json("validate", {
-            "inventory": str(result.path),
-            "valid": result.ok,
-            "errors": len(result.errors),
-            "warnings": len(result.warnings),
-            "findings": [f.to_dict(result.path) for f in result.findings],
-            "cluster": None if cluster is None else {
-                "name": cluster.name,
-                "controllers": [n.name for n in cluster.controllers],
-                "compute_nodes": len(cluster.compute),
-                "gpus": cluster.gpu_total,
-                "versions": cluster.versions.model_dump(),
+        print_json(
+            "validate",
+            {
+                "inventory": str(result.path),
+                "valid": result.ok,
+                "errors": len(result.errors),
+                "warnings": len(result.warnings),
+                "findings": [f.to_dict(result.path) for f in result.findings],
+                "cluster": None
+                if cluster is None
+                else {
+                    "name": cluster.name,
+                    "controllers": [n.name for n in cluster.controllers],
+                    "compute_nodes": len(cluster.compute),
+                    "gpus": cluster.gpu_total,
+                    "versions": cluster.versions.model_dump(),
+                },
             },
-        })
+        )
     else:
         render(result)
     return int(ExitCode.OK if result.ok else ExitCode.INVALID_INPUT)

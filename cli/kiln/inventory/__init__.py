@@ -1,7 +1,7 @@
 """Load an Ansible inventory directory into a validated Cluster model.
 
-    result = load_cluster(path)      # every finding, and the Cluster when there are no errors
-    cluster = require_valid(path)    # the Cluster, or InvalidInputError (exit 2)
+result = load_cluster(path)      # every finding, and the Cluster when there are no errors
+cluster = require_valid(path)    # the Cluster, or InvalidInputError (exit 2)
 """
 
 from __future__ import annotations
@@ -17,8 +17,17 @@ from kiln.inventory.model import Cluster, Node, Partition
 from kiln.inventory.resolve import resolve_hosts
 from kiln.inventory.sources import read_inventory
 
-__all__ = ["Cluster", "Finding", "Level", "LoadResult", "Node", "Origin", "Partition",
-           "load_cluster", "require_valid"]
+__all__ = [
+    "Cluster",
+    "Finding",
+    "Level",
+    "LoadResult",
+    "Node",
+    "Origin",
+    "Partition",
+    "load_cluster",
+    "require_valid",
+]
 
 
 @dataclass

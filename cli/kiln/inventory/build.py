@@ -34,10 +34,17 @@ from kiln.profiles import HardwareProfile, Versions, load_compat, load_profiles
 
 CONTROLLERS, COMPUTE = "kiln_controllers", "kiln_compute"
 RFC1123_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
-DNS_NAME = re.compile(r"^(?=.{1,253}$)(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?$")
+DNS_NAME = re.compile(
+    r"^(?=.{1,253}$)(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?$"
+)
 CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
-TYPE_NAMES = {int: "a whole number", bool: "a boolean (true or false)", str: "a string",
-              list: "a list", float: "a number"}
+TYPE_NAMES = {
+    int: "a whole number",
+    bool: "a boolean (true or false)",
+    str: "a string",
+    list: "a list",
+    float: "a number",
+}
 
 
 def suggest(word: str, candidates) -> str | None:
@@ -88,8 +95,9 @@ def _nested_origin(value: object, loc: tuple, origin: Origin) -> Origin:
 
 
 class ClusterBuilder:
-    def __init__(self, raw: RawInventory, hosts: dict[str, ResolvedHost],
-                 collector: FindingCollector) -> None:
+    def __init__(
+        self, raw: RawInventory, hosts: dict[str, ResolvedHost], collector: FindingCollector
+    ) -> None:
         self.raw = raw
         self.hosts = hosts
         self.out = collector
@@ -116,7 +124,8 @@ class ClusterBuilder:
                 self.out.error(
                     f"{path} holds a Jinja2 expression ({text.strip()[:60]!r}); Ansible would "
                     "template it on the controller",
-                    origin=origin, key=key,
+                    origin=origin,
+                    key=key,
                     hint="write the literal value; kiln refuses templated inventory values",
                 )
                 self._parsed[id(located)] = None
@@ -125,22 +134,32 @@ class ClusterBuilder:
             if not isinstance(value, VaultValue):
                 self.out.error(
                     f"{key} is a plaintext secret in the inventory",
-                    origin=origin, key=key,
-                    hint="encrypt it: ansible-vault encrypt_string --name " + key +
-                    " (and rotate it: it has been exposed in the repository)",
+                    origin=origin,
+                    key=key,
+                    hint="encrypt it: ansible-vault encrypt_string --name "
+                    + key
+                    + " (and rotate it: it has been exposed in the repository)",
                 )
             return
         if not key.startswith("kiln_"):
             return
         spec = KEYS.get(key)
         if spec is None:
-            self.out.error(f"unknown key {key}", origin=origin, key=key,
-                           hint=suggest(key, KEYS) or "see README.md for the kiln_* keys")
+            self.out.error(
+                f"unknown key {key}",
+                origin=origin,
+                key=key,
+                hint=suggest(key, KEYS) or "see README.md for the kiln_* keys",
+            )
             return
         if spec.scope == "cluster" and group_name != "all":
             where = f"group '{group_name}'" if group_name else "a host"
-            self.out.error(f"{key} is cluster-wide but is set on {where}", origin=origin,
-                           key=key, hint="set it once in group_vars/all")
+            self.out.error(
+                f"{key} is cluster-wide but is set on {where}",
+                origin=origin,
+                key=key,
+                hint="set it once in group_vars/all",
+            )
         self._parsed[id(located)] = self._parse(key, value, origin)
 
     def _parse(self, key: str, value: object, origin: Origin) -> object:
@@ -156,8 +175,12 @@ class ClusterBuilder:
             return None
         if spec.kind == "list[str]":
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                self.out.error(f"{key} must be a list of names, got {_type_name(value)}",
-                               origin=origin, key=key, hint=f"for example {key}: [mlx5_0, mlx5_1]")
+                self.out.error(
+                    f"{key} must be a list of names, got {_type_name(value)}",
+                    origin=origin,
+                    key=key,
+                    hint=f"for example {key}: [mlx5_0, mlx5_1]",
+                )
                 return None
             for item in value:
                 if not SAFE_TOKEN.match(item):
@@ -166,19 +189,26 @@ class ClusterBuilder:
             return list(value)
         if key == "kiln_partitions":
             if not isinstance(value, list):
-                self.out.error(f"{key} must be a list of partitions, got {_type_name(value)}",
-                               origin=origin, key=key,
-                               hint="for example kiln_partitions: [{name: gpu, groups: [kiln_compute]}]")
+                self.out.error(
+                    f"{key} must be a list of partitions, got {_type_name(value)}",
+                    origin=origin,
+                    key=key,
+                    hint="for example kiln_partitions: [{name: gpu, groups: [kiln_compute]}]",
+                )
                 return None
-            parsed = [self._model(PartitionSpec, key, item, origin, (i,))
-                      for i, item in enumerate(value)]
+            parsed = [
+                self._model(PartitionSpec, key, item, origin, (i,)) for i, item in enumerate(value)
+            ]
             return None if any(p is None for p in parsed) else parsed
         return self._model(spec.model, key, value, origin, ())
 
     def _model(self, model: type[BaseModel], key, value, origin, loc_prefix) -> BaseModel | None:
         if not isinstance(value, dict):
-            self.out.error(f"{key} must be a mapping, got {_type_name(value)}",
-                           origin=_nested_origin(value, loc_prefix, origin), key=key)
+            self.out.error(
+                f"{key} must be a mapping, got {_type_name(value)}",
+                origin=_nested_origin(value, loc_prefix, origin),
+                key=key,
+            )
             return None
         try:
             return model.model_validate(value)
@@ -191,21 +221,37 @@ class ClusterBuilder:
         loc = tuple(problem["loc"])
         # `int | str` unions report one error per member; the first tells enough.
         loc = tuple(p for p in loc if p not in ("int", "str", "function-after[_batch_size(), str]"))
-        where = _nested_origin(value, loc_prefix + loc, origin) if loc_prefix else \
-            _nested_origin(value, loc, origin)
+        where = (
+            _nested_origin(value, loc_prefix + loc, origin)
+            if loc_prefix
+            else _nested_origin(value, loc, origin)
+        )
         dotted = ".".join(str(p) for p in (key, *loc_prefix, *loc))
         kind, given = problem["type"], problem.get("input")
         if kind == "extra_forbidden":
             name = str(loc[-1])
-            self.out.error(f"unknown key {dotted}", origin=where, key=key,
-                           hint=suggest(name, model.model_fields) or
-                           f"known keys: {', '.join(model.model_fields)}")
+            self.out.error(
+                f"unknown key {dotted}",
+                origin=where,
+                key=key,
+                hint=suggest(name, model.model_fields)
+                or f"known keys: {', '.join(model.model_fields)}",
+            )
         elif kind == "missing":
             self.out.error(f"{dotted} is required", origin=where, key=key)
-        elif kind in ("int_type", "bool_type", "float_type", "string_type", "list_type") and \
-                isinstance(given, str):
-            wanted = {"int_type": int, "bool_type": bool, "float_type": float,
-                      "list_type": list}.get(kind, str)
+        elif kind in (
+            "int_type",
+            "bool_type",
+            "float_type",
+            "string_type",
+            "list_type",
+        ) and isinstance(given, str):
+            wanted = {
+                "int_type": int,
+                "bool_type": bool,
+                "float_type": float,
+                "list_type": list,
+            }.get(kind, str)
             self._wrong_type(dotted, given, wanted, where, key=key)
         else:
             self.out.error(f"{dotted}: {problem['msg']} (got {given!r})", origin=where, key=key)
@@ -220,14 +266,17 @@ class ClusterBuilder:
                 hint = f"write {value.strip()} without quotes"
         self.out.error(
             f"{dotted} is {_type_name(value)} ({value!r}) where {TYPE_NAMES[expected]} belongs",
-            origin=origin, key=key or dotted.split(".")[0], hint=hint,
+            origin=origin,
+            key=key or dotted.split(".")[0],
+            hint=hint,
         )
 
     def _unsafe(self, key: str, value: str, origin: Origin) -> None:
         self.out.error(
             f"{key} value {value!r} holds characters that are unsafe in a command "
             "(spaces, quotes or shell metacharacters)",
-            origin=origin, key=key,
+            origin=origin,
+            key=key,
             hint="use letters, digits and . _ - : / @ % + , = only",
         )
 
@@ -262,27 +311,42 @@ class ClusterBuilder:
         is_controller, is_compute = CONTROLLERS in groups, COMPUTE in groups
         ok = True
         if not RFC1123_LABEL.match(name):
-            hint = "use the short host name; put the FQDN in ansible_host" if "." in name else \
-                "use lowercase letters, digits and '-', at most 63, not starting or ending with '-'"
-            out.error(f"host name '{name}' is not a valid RFC 1123 label", origin=at, key=name,
-                      hint=hint)
+            hint = (
+                "use the short host name; put the FQDN in ansible_host"
+                if "." in name
+                else "use lowercase letters, digits and '-' (at most 63), not starting or "
+                "ending with '-'"
+            )
+            out.error(
+                f"host name '{name}' is not a valid RFC 1123 label", origin=at, key=name, hint=hint
+            )
             ok = False
         raw_host = self.raw.hosts[name]
         distinct = {str(a.value) for a in raw_host.addresses}
         if len(distinct) > 1:
-            out.error(f"host '{name}' is declared more than once with different addresses "
-                      f"({', '.join(sorted(distinct))})", origin=raw_host.addresses[-1].origin,
-                      key="ansible_host", hint="declare the host once, or give it one address")
+            out.error(
+                f"host '{name}' is declared more than once with different addresses "
+                f"({', '.join(sorted(distinct))})",
+                origin=raw_host.addresses[-1].origin,
+                key="ansible_host",
+                hint="declare the host once, or give it one address",
+            )
         address = host.vars.get("ansible_host")
         address_value = str(address.value) if address is not None else name
         if not _valid_address(address_value):
-            out.error(f"ansible_host {address_value!r} of '{name}' is neither an IP address "
-                      "nor a DNS name", origin=address.origin if address else at,
-                      key="ansible_host")
+            out.error(
+                f"ansible_host {address_value!r} of '{name}' is neither an IP address "
+                "nor a DNS name",
+                origin=address.origin if address else at,
+                key="ansible_host",
+            )
             ok = False
         if not (is_controller or is_compute):
-            out.warning(f"host '{name}' is in neither {CONTROLLERS} nor {COMPUTE}; kiln "
-                        "leaves it alone", origin=at, key=name)
+            out.warning(
+                f"host '{name}' is in neither {CONTROLLERS} nor {COMPUTE}; kiln leaves it alone",
+                origin=at,
+                key=name,
+            )
 
         profile = self._profile_for(name, host, is_compute)
         if profile is None:
@@ -294,8 +358,10 @@ class ClusterBuilder:
             out.error(
                 f"kiln_gpu_count {gpu_count} is outside {profile.id}'s range "
                 f"{profile.gpu_count_min}..{profile.gpu_count_max}",
-                origin=self.origin_of(host, "kiln_gpu_count") or at, key="kiln_gpu_count",
-                host=name, hint=f"{profile.name} systems carry {profile.gpu_count_default} GPUs",
+                origin=self.origin_of(host, "kiln_gpu_count") or at,
+                key="kiln_gpu_count",
+                host=name,
+                hint=f"{profile.name} systems carry {profile.gpu_count_default} GPUs",
             )
             ok = False
         power = self.value(host, "kiln_power", PowerSpec())
@@ -304,15 +370,23 @@ class ClusterBuilder:
         elif power.power_limit_w is not None and profile.power_limit_min_w is not None:
             low, high = profile.power_limit_min_w, profile.power_limit_max_w
             if not low <= power.power_limit_w <= high:
-                out.error(f"kiln_power.power_limit_w {power.power_limit_w} W is outside "
-                          f"{profile.id}'s range {low}..{high} W",
-                          origin=self.origin_of(host, "kiln_power"), key="kiln_power", host=name,
-                          hint=f"pick a limit between {low} and {high} W")
+                out.error(
+                    f"kiln_power.power_limit_w {power.power_limit_w} W is outside "
+                    f"{profile.id}'s range {low}..{high} W",
+                    origin=self.origin_of(host, "kiln_power"),
+                    key="kiln_power",
+                    host=name,
+                    hint=f"pick a limit between {low} and {high} W",
+                )
                 ok = False
         hcas = self.value(host, "kiln_ib_hcas", [])
         if hcas and len(set(hcas)) != len(hcas):
-            out.error(f"kiln_ib_hcas lists an HCA twice: {hcas}", key="kiln_ib_hcas",
-                      origin=self.origin_of(host, "kiln_ib_hcas"), host=name)
+            out.error(
+                f"kiln_ib_hcas lists an HCA twice: {hcas}",
+                key="kiln_ib_hcas",
+                origin=self.origin_of(host, "kiln_ib_hcas"),
+                host=name,
+            )
             ok = False
         shape = profile.node_shape
         fields = {
@@ -323,18 +397,31 @@ class ClusterBuilder:
         }
         for field, number in fields.items():
             if number is not None and number < 1:
-                out.error(f"kiln_{field} must be at least 1, got {number}", host=name,
-                          origin=self.origin_of(host, f"kiln_{field}"), key=f"kiln_{field}")
+                out.error(
+                    f"kiln_{field} must be at least 1, got {number}",
+                    host=name,
+                    origin=self.origin_of(host, f"kiln_{field}"),
+                    key=f"kiln_{field}",
+                )
                 ok = False
         rack = self.value(host, "kiln_rack", "unracked")
         leaf = self.value(host, "kiln_leaf_switch", f"leaf-{rack}")
         if not ok or None in (rack, leaf, hcas, *fields.values()):
             return None
         return Node(
-            name=name, address=address_value, groups=tuple(host.groups),
-            is_controller=is_controller, is_compute=is_compute, rack=rack, leaf_switch=leaf,
-            gpu_model=profile.id, gpu_count=gpu_count, ib_hcas=tuple(hcas),
-            bmc_address=self.value(host, "kiln_bmc_address"), power=power, **fields,
+            name=name,
+            address=address_value,
+            groups=tuple(host.groups),
+            is_controller=is_controller,
+            is_compute=is_compute,
+            rack=rack,
+            leaf_switch=leaf,
+            gpu_model=profile.id,
+            gpu_count=gpu_count,
+            ib_hcas=tuple(hcas),
+            bmc_address=self.value(host, "kiln_bmc_address"),
+            power=power,
+            **fields,
             hostvars={k: v.value for k, v in host.vars.items()},
         )
 
@@ -343,19 +430,27 @@ class ClusterBuilder:
         origin = self.origin_of(host, "kiln_gpu_model")
         if origin is None:
             if is_compute:
-                self.out.error(f"compute node '{name}' has no kiln_gpu_model",
-                               origin=self.declared_at(name), key="kiln_gpu_model", host=name,
-                               hint="set kiln_gpu_model (a profile id such as h100-sxm, or none) "
-                               "for the group in group_vars/")
+                self.out.error(
+                    f"compute node '{name}' has no kiln_gpu_model",
+                    origin=self.declared_at(name),
+                    key="kiln_gpu_model",
+                    host=name,
+                    hint="set kiln_gpu_model (a profile id such as h100-sxm, or none) "
+                    "for the group in group_vars/",
+                )
                 return None
             model = "none"
         if model is None:
             return None
         profile = self.profiles.get(model)
         if profile is None:
-            self.out.error(f"unknown GPU model '{model}'", origin=origin, key="kiln_gpu_model",
-                           host=name, hint=suggest(model, self.profiles) or
-                           f"known models: {', '.join(self.profiles)}")
+            self.out.error(
+                f"unknown GPU model '{model}'",
+                origin=origin,
+                key="kiln_gpu_model",
+                host=name,
+                hint=suggest(model, self.profiles) or f"known models: {', '.join(self.profiles)}",
+            )
         return profile
 
     def _check_unique_addresses(self) -> None:
@@ -375,28 +470,32 @@ class ClusterBuilder:
                     f"hosts {', '.join(names)} share the address {address}",
                     origin=self.origin_of(self.hosts[names[1]], "ansible_host")
                     or self.declared_at(names[1]),
-                    key="ansible_host", hint="every host needs its own ansible_host",
+                    key="ansible_host",
+                    hint="every host needs its own ansible_host",
                 )
         for address, names in by_bmc.items():
             if len(names) > 1:
                 self.out.error(
                     f"hosts {', '.join(names)} share the BMC address {address}",
                     origin=self.origin_of(self.hosts[names[1]], "kiln_bmc_address"),
-                    key="kiln_bmc_address", hint="every node has its own BMC",
+                    key="kiln_bmc_address",
+                    hint="every node has its own BMC",
                 )
             if address in by_address:
                 self.out.error(
                     f"BMC address {address} of {names[0]} is also the address of "
                     f"{by_address[address][0]}",
                     origin=self.origin_of(self.hosts[names[0]], "kiln_bmc_address"),
-                    key="kiln_bmc_address", hint="the BMC sits on the management network",
+                    key="kiln_bmc_address",
+                    hint="the BMC sits on the management network",
                 )
 
     # -- the cluster -------------------------------------------------------------------------
 
     def cluster_value(self, key: str, default: object) -> tuple[object, Origin | None]:
-        located = self.raw.groups["all"].plugin_vars.get(key) or \
-            self.raw.groups["all"].file_vars.get(key)
+        located = self.raw.groups["all"].plugin_vars.get(key) or self.raw.groups[
+            "all"
+        ].file_vars.get(key)
         if located is None:
             return default, None
         return self._parsed.get(id(located)), located.origin
@@ -407,18 +506,27 @@ class ClusterBuilder:
         hosts_file = Origin(self.raw.sources[0]) if self.raw.sources else None
         membership = self._group_members()
         if not membership.get(CONTROLLERS):
-            self.out.error(f"no controller: group {CONTROLLERS} has no hosts", origin=hosts_file,
-                           key=CONTROLLERS, hint=f"add the Slurm controller host to {CONTROLLERS}")
+            self.out.error(
+                f"no controller: group {CONTROLLERS} has no hosts",
+                origin=hosts_file,
+                key=CONTROLLERS,
+                hint=f"add the Slurm controller host to {CONTROLLERS}",
+            )
         if not membership.get(COMPUTE):
-            self.out.error(f"no compute nodes: group {COMPUTE} has no hosts", origin=hosts_file,
-                           key=COMPUTE, hint=f"list the GPU servers under {COMPUTE} (children "
-                           "groups per rack are fine)")
+            self.out.error(
+                f"no compute nodes: group {COMPUTE} has no hosts",
+                origin=hosts_file,
+                key=COMPUTE,
+                hint=f"list the GPU servers under {COMPUTE} (children groups per rack are fine)",
+            )
         name, name_origin = self.cluster_value("kiln_cluster_name", "kiln")
         if name is not None and not CLUSTER_NAME.match(name):
-            self.out.error(f"kiln_cluster_name {name!r} is not a valid Slurm ClusterName",
-                           origin=name_origin, key="kiln_cluster_name",
-                           hint="lowercase letters, digits, '-' and '_', at most 40, starting "
-                           "with a letter")
+            self.out.error(
+                f"kiln_cluster_name {name!r} is not a valid Slurm ClusterName",
+                origin=name_origin,
+                key="kiln_cluster_name",
+                hint="lowercase letters, digits, '-' and '_', at most 40, starting with a letter",
+            )
         versions = self._versions(nodes)
         partitions = self._partitions(membership)
         burnin, _ = self.cluster_value("kiln_burnin", BurninSpec())
@@ -427,9 +535,15 @@ class ClusterBuilder:
         if self.out.has_errors or None in (name, versions, partitions, burnin, rollout, slurm):
             return None
         return Cluster(
-            name=name, inventory_dir=self.raw.root, nodes=tuple(nodes),
-            groups={g: tuple(h) for g, h in membership.items()}, versions=versions,
-            partitions=tuple(partitions), burnin=burnin, rollout=rollout, slurm=slurm,
+            name=name,
+            inventory_dir=self.raw.root,
+            nodes=tuple(nodes),
+            groups={g: tuple(h) for g, h in membership.items()},
+            versions=versions,
+            partitions=tuple(partitions),
+            burnin=burnin,
+            rollout=rollout,
+            slurm=slurm,
         )
 
     def _group_members(self) -> dict[str, list[str]]:
@@ -449,14 +563,20 @@ class ClusterBuilder:
         chosen.update({k: v for k, v in spec.model_dump().items() if v is not None})
         versions = Versions.model_validate(chosen)
         in_use = {node.gpu_model: node.profile for node in nodes if node.has_gpus}
-        written = self.raw.groups["all"].plugin_vars.get("kiln_versions") or \
-            self.raw.groups["all"].file_vars.get("kiln_versions")
+        written = self.raw.groups["all"].plugin_vars.get("kiln_versions") or self.raw.groups[
+            "all"
+        ].file_vars.get("kiln_versions")
         for problem in compat.check(versions, in_use.values()):
             where = origin
             if written is not None and origin is not None and problem.key:
                 where = _nested_origin(written.value, (problem.key,), origin)
-            self.out.add(problem.level, problem.message, origin=where,
-                         key=f"kiln_versions.{problem.key}", hint=problem.hint)
+            self.out.add(
+                problem.level,
+                problem.message,
+                origin=where,
+                key=f"kiln_versions.{problem.key}",
+                hint=problem.hint,
+            )
         return versions
 
     def _partitions(self, membership: dict[str, list[str]]) -> list[Partition] | None:
@@ -468,50 +588,80 @@ class ClusterBuilder:
         if specs is None:
             return None
         partitions, seen = [], set()
-        partition_origins = self.raw.groups["all"].plugin_vars.get("kiln_partitions") or \
-            self.raw.groups["all"].file_vars.get("kiln_partitions")
+        partition_origins = self.raw.groups["all"].plugin_vars.get(
+            "kiln_partitions"
+        ) or self.raw.groups["all"].file_vars.get("kiln_partitions")
         raw_items = partition_origins.value if partition_origins else []
         for index, spec in enumerate(specs):
             where = _nested_origin(raw_items, (index,), origin)
             if not SAFE_TOKEN.match(spec.name):
                 self._unsafe("kiln_partitions.name", spec.name, where)
             if spec.name in seen:
-                self.out.error(f"partition '{spec.name}' is defined twice", origin=where,
-                               key="kiln_partitions")
+                self.out.error(
+                    f"partition '{spec.name}' is defined twice", origin=where, key="kiln_partitions"
+                )
             seen.add(spec.name)
             nodes: list[str] = []
             for group in spec.groups:
                 if group not in self.raw.groups:
-                    self.out.error(f"partition '{spec.name}' names group '{group}', which the "
-                                   "inventory does not have", origin=where, key="kiln_partitions",
-                                   hint=suggest(group, self.raw.groups))
+                    self.out.error(
+                        f"partition '{spec.name}' names group '{group}', which the "
+                        "inventory does not have",
+                        origin=where,
+                        key="kiln_partitions",
+                        hint=suggest(group, self.raw.groups),
+                    )
                 elif not membership.get(group):
-                    self.out.error(f"partition '{spec.name}' names group '{group}', which has "
-                                   "no hosts", origin=where, key="kiln_partitions",
-                                   hint="add hosts to the group or drop it from the partition")
+                    self.out.error(
+                        f"partition '{spec.name}' names group '{group}', which has no hosts",
+                        origin=where,
+                        key="kiln_partitions",
+                        hint="add hosts to the group or drop it from the partition",
+                    )
                 else:
                     nodes.extend(membership[group])
             for host in spec.nodes:
                 if host not in self.hosts:
-                    self.out.error(f"partition '{spec.name}' names host '{host}', which the "
-                                   "inventory does not have", origin=where, key="kiln_partitions",
-                                   hint=suggest(host, self.hosts))
+                    self.out.error(
+                        f"partition '{spec.name}' names host '{host}', which the "
+                        "inventory does not have",
+                        origin=where,
+                        key="kiln_partitions",
+                        hint=suggest(host, self.hosts),
+                    )
                 else:
                     nodes.append(host)
             if not spec.groups and not spec.nodes:
-                self.out.error(f"partition '{spec.name}' holds no groups and no nodes",
-                               origin=where, key="kiln_partitions")
+                self.out.error(
+                    f"partition '{spec.name}' holds no groups and no nodes",
+                    origin=where,
+                    key="kiln_partitions",
+                )
             outsiders = [n for n in dict.fromkeys(nodes) if n not in compute_set]
             if outsiders:
-                self.out.error(f"partition '{spec.name}' holds hosts that are not compute "
-                               f"nodes: {', '.join(outsiders[:5])}", origin=where,
-                               key="kiln_partitions", hint=f"only {COMPUTE} hosts run jobs")
-            partitions.append(Partition(name=spec.name, nodes=tuple(dict.fromkeys(nodes)),
-                                        default=spec.default, max_time=spec.max_time))
+                self.out.error(
+                    f"partition '{spec.name}' holds hosts that are not compute "
+                    f"nodes: {', '.join(outsiders[:5])}",
+                    origin=where,
+                    key="kiln_partitions",
+                    hint=f"only {COMPUTE} hosts run jobs",
+                )
+            partitions.append(
+                Partition(
+                    name=spec.name,
+                    nodes=tuple(dict.fromkeys(nodes)),
+                    default=spec.default,
+                    max_time=spec.max_time,
+                )
+            )
         defaults = [p.name for p in partitions if p.default]
         if len(defaults) > 1:
-            self.out.error(f"more than one default partition: {', '.join(defaults)}",
-                           origin=origin, key="kiln_partitions", hint="mark one default: true")
+            self.out.error(
+                f"more than one default partition: {', '.join(defaults)}",
+                origin=origin,
+                key="kiln_partitions",
+                hint="mark one default: true",
+            )
         return partitions
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -22,10 +23,8 @@ class Origin:
     def display(self, root: Path | None = None) -> str:
         path = self.file
         if root is not None:
-            try:
+            with contextlib.suppress(ValueError):
                 path = self.file.relative_to(root)
-            except ValueError:
-                pass
         return f"{path}:{self.line}" if self.line else str(path)
 
 

@@ -45,8 +45,11 @@ def expand_host_range(pattern: str) -> list[str]:
             items = [str(i) for i in range(int(begin), int(end) + 1, stride)]
         if int(begin) > int(end):
             raise HostRangeError(f"host range '{pattern}' begins after it ends")
-    elif len(begin) == 1 and len(end) == 1 and begin in string.ascii_letters and (
-        end in string.ascii_letters
+    elif (
+        len(begin) == 1
+        and len(end) == 1
+        and begin in string.ascii_letters
+        and (end in string.ascii_letters)
     ):
         first, last = string.ascii_letters.index(begin), string.ascii_letters.index(end)
         if first > last:

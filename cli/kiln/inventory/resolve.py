@@ -30,8 +30,11 @@ def group_depths(raw: RawInventory, collector: FindingCollector) -> dict[str, in
     def visit(name: str, depth: int) -> None:
         if name in visiting:
             group = raw.groups[name]
-            collector.error(f"group '{name}' is its own ancestor (a children cycle)",
-                            origin=group.origin, key=name)
+            collector.error(
+                f"group '{name}' is its own ancestor (a children cycle)",
+                origin=group.origin,
+                key=name,
+            )
             return
         if depths.get(name, -1) >= depth and name != "all":
             return

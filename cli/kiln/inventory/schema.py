@@ -54,7 +54,9 @@ class ClockSpec(StrictModel):
 class PowerSpec(StrictModel):
     persistence_mode: bool = Field(True, description="nvidia-smi -pm 1 on every GPU")
     power_limit_w: int | None = Field(None, description="per-GPU limit; profile default if unset")
-    gpu_clocks: ClockSpec | None = Field(None, description="locked graphics clocks (nvidia-smi -lgc)")
+    gpu_clocks: ClockSpec | None = Field(
+        None, description="locked graphics clocks (nvidia-smi -lgc)"
+    )
     memory_clocks: ClockSpec | None = Field(None, description="locked memory clocks (-lmc)")
     fan_profile: Literal["standard", "optimal", "full", "heavy-io"] | None = Field(
         None, description="BMC fan profile, set through the vendor adapter"
@@ -66,17 +68,20 @@ class BurninSpec(StrictModel):
     soak_hours: float = Field(4.0, gt=0, description="duration of the soak suite")
     gemm_tflops_floor: float | None = Field(None, gt=0, description="override the profile floor")
     allreduce_busbw_floor_gbs: float | None = Field(None, gt=0, description="override the floor")
-    gemm_relative_pct: float = Field(10.0, gt=0, lt=100,
-                                     description="fail a GPU this % below its node's best")
-    node_relative_pct: float = Field(10.0, gt=0, lt=100,
-                                     description="fail a node this % below the fleet median")
+    gemm_relative_pct: float = Field(
+        10.0, gt=0, lt=100, description="fail a GPU this % below its node's best"
+    )
+    node_relative_pct: float = Field(
+        10.0, gt=0, lt=100, description="fail a node this % below the fleet median"
+    )
     time_limit_minutes: int = Field(30, gt=0, description="Slurm time limit of each job")
 
 
 class RolloutSpec(StrictModel):
     batch_size: int | str = Field("100%", description="hosts per rolling batch: a count or N%")
-    max_fail_percentage: int = Field(0, ge=0, le=100,
-                                     description="failed hosts tolerated per batch, in %")
+    max_fail_percentage: int = Field(
+        0, ge=0, le=100, description="failed hosts tolerated per batch, in %"
+    )
     shard_by: Literal["rack", "count"] = Field("rack", description="how to split the fleet")
     shard_size: int = Field(512, gt=0, description="nodes per shard when shard_by is count")
 
@@ -94,10 +99,13 @@ class RolloutSpec(StrictModel):
 
 class SlurmSpec(StrictModel):
     accounting: bool = Field(False, description="slurmdbd with MariaDB for job accounting")
-    cgroup: bool = Field(True, description="confine jobs with cgroups (off in containers, "
-                         "whose cgroups are the host's)")
-    quarantine_new_nodes: bool = Field(True, description="new nodes join drained until "
-                                       "burn-in passes")
+    cgroup: bool = Field(
+        True,
+        description="confine jobs with cgroups (off in containers, whose cgroups are the host's)",
+    )
+    quarantine_new_nodes: bool = Field(
+        True, description="new nodes join drained until burn-in passes"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,56 +122,128 @@ class KeySpec:
 KEYS: dict[str, KeySpec] = {
     spec.name: spec
     for spec in (
-        KeySpec("kiln_gpu_model", "host", "str",
-                "hardware profile id (h100-sxm, h200-sxm, b200, a100-sxm-80g, h100-pcie, l40s) "
-                "or none for CPU-only nodes", "none on controllers; required on compute nodes",
-                reaches_command=True),
-        KeySpec("kiln_gpu_count", "host", "int", "GPUs in the node",
-                "the profile's default count"),
-        KeySpec("kiln_rack", "host", "str", "rack the node sits in; drives topology.conf",
-                "unracked", reaches_command=True),
-        KeySpec("kiln_leaf_switch", "host", "str", "InfiniBand leaf switch the node hangs off",
-                "leaf-<rack>", reaches_command=True),
-        KeySpec("kiln_ib_hcas", "host", "list[str]",
-                "InfiniBand HCAs, one per rail, in rail order (mlx5_0, ...)", "[] (no fabric)",
-                reaches_command=True),
-        KeySpec("kiln_bmc_address", "host", "str", "BMC (IPMI) address", "none",
-                reaches_command=True),
+        KeySpec(
+            "kiln_gpu_model",
+            "host",
+            "str",
+            "hardware profile id (h100-sxm, h200-sxm, b200, a100-sxm-80g, h100-pcie, l40s) "
+            "or none for CPU-only nodes",
+            "none on controllers; required on compute nodes",
+            reaches_command=True,
+        ),
+        KeySpec("kiln_gpu_count", "host", "int", "GPUs in the node", "the profile's default count"),
+        KeySpec(
+            "kiln_rack",
+            "host",
+            "str",
+            "rack the node sits in; drives topology.conf",
+            "unracked",
+            reaches_command=True,
+        ),
+        KeySpec(
+            "kiln_leaf_switch",
+            "host",
+            "str",
+            "InfiniBand leaf switch the node hangs off",
+            "leaf-<rack>",
+            reaches_command=True,
+        ),
+        KeySpec(
+            "kiln_ib_hcas",
+            "host",
+            "list[str]",
+            "InfiniBand HCAs, one per rail, in rail order (mlx5_0, ...)",
+            "[] (no fabric)",
+            reaches_command=True,
+        ),
+        KeySpec(
+            "kiln_bmc_address", "host", "str", "BMC (IPMI) address", "none", reaches_command=True
+        ),
         KeySpec("kiln_bmc_user", "host", "str", "BMC user name", "none", reaches_command=True),
-        KeySpec("kiln_bmc_password", "host", "secret", "BMC password (ansible-vault only)",
-                "none"),
+        KeySpec("kiln_bmc_password", "host", "secret", "BMC password (ansible-vault only)", "none"),
         KeySpec("kiln_sockets", "host", "int", "CPU sockets", "the profile's node shape"),
-        KeySpec("kiln_cores_per_socket", "host", "int", "cores per socket",
-                "the profile's node shape"),
-        KeySpec("kiln_threads_per_core", "host", "int", "hardware threads per core",
-                "the profile's node shape"),
-        KeySpec("kiln_real_memory_mb", "host", "int", "memory Slurm may hand out, in MB",
-                "the profile's node shape"),
-        KeySpec("kiln_power", "host", "PowerSpec",
-                "power and cooling policy; set per group for different limits", "persistence on, "
-                "profile default limit", model=PowerSpec),
-        KeySpec("kiln_cluster_name", "cluster", "str", "Slurm ClusterName", "kiln",
-                reaches_command=True),
-        KeySpec("kiln_versions", "cluster", "VersionsSpec",
-                "driver branch, CUDA, NCCL and Slurm versions",
-                "the newest combination the compatibility table marks tested",
-                model=VersionsSpec),
-        KeySpec("kiln_partitions", "cluster", "list[PartitionSpec]", "Slurm partitions",
-                "one default partition `batch` holding every compute node",
-                model=PartitionSpec),
-        KeySpec("kiln_burnin", "cluster", "BurninSpec", "burn-in suite and thresholds",
-                "quick suite, the profile's floors", model=BurninSpec),
-        KeySpec("kiln_rollout", "cluster", "RolloutSpec", "rolling batches and shards",
-                "all hosts in one batch, no failures tolerated", model=RolloutSpec),
-        KeySpec("kiln_slurm", "cluster", "SlurmSpec", "Slurm options",
-                "accounting off, cgroups on, new nodes quarantined",
-                model=SlurmSpec),
-        KeySpec("kiln_munge_key", "cluster", "secret",
-                "munge key (ansible-vault only); generated on the controller if unset",
-                "generated"),
+        KeySpec(
+            "kiln_cores_per_socket", "host", "int", "cores per socket", "the profile's node shape"
+        ),
+        KeySpec(
+            "kiln_threads_per_core",
+            "host",
+            "int",
+            "hardware threads per core",
+            "the profile's node shape",
+        ),
+        KeySpec(
+            "kiln_real_memory_mb",
+            "host",
+            "int",
+            "memory Slurm may hand out, in MB",
+            "the profile's node shape",
+        ),
+        KeySpec(
+            "kiln_power",
+            "host",
+            "PowerSpec",
+            "power and cooling policy; set per group for different limits",
+            "persistence on, profile default limit",
+            model=PowerSpec,
+        ),
+        KeySpec(
+            "kiln_cluster_name", "cluster", "str", "Slurm ClusterName", "kiln", reaches_command=True
+        ),
+        KeySpec(
+            "kiln_versions",
+            "cluster",
+            "VersionsSpec",
+            "driver branch, CUDA, NCCL and Slurm versions",
+            "the newest combination the compatibility table marks tested",
+            model=VersionsSpec,
+        ),
+        KeySpec(
+            "kiln_partitions",
+            "cluster",
+            "list[PartitionSpec]",
+            "Slurm partitions",
+            "one default partition `batch` holding every compute node",
+            model=PartitionSpec,
+        ),
+        KeySpec(
+            "kiln_burnin",
+            "cluster",
+            "BurninSpec",
+            "burn-in suite and thresholds",
+            "quick suite, the profile's floors",
+            model=BurninSpec,
+        ),
+        KeySpec(
+            "kiln_rollout",
+            "cluster",
+            "RolloutSpec",
+            "rolling batches and shards",
+            "all hosts in one batch, no failures tolerated",
+            model=RolloutSpec,
+        ),
+        KeySpec(
+            "kiln_slurm",
+            "cluster",
+            "SlurmSpec",
+            "Slurm options",
+            "accounting off, cgroups on, new nodes quarantined",
+            model=SlurmSpec,
+        ),
+        KeySpec(
+            "kiln_munge_key",
+            "cluster",
+            "secret",
+            "munge key (ansible-vault only); generated on the controller if unset",
+            "generated",
+        ),
     )
 }
 
 # Secrets Ansible itself reads; plaintext values in an inventory are refused too.
-ANSIBLE_SECRETS = ("ansible_password", "ansible_ssh_pass", "ansible_become_password",
-                   "ansible_become_pass")
+ANSIBLE_SECRETS = (
+    "ansible_password",
+    "ansible_ssh_pass",
+    "ansible_become_password",
+    "ansible_become_pass",
+)

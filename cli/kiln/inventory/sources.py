@@ -22,8 +22,20 @@ from kiln.inventory.yamlfile import LocatedDict, YamlError, load_yaml
 
 YAML_EXTENSIONS = (".yml", ".yaml", ".json")
 # Ansible's INVENTORY_IGNORE_EXTS and its ignored names.
-IGNORED_EXTENSIONS = (".pyc", ".pyo", ".swp", ".bak", "~", ".rpm", ".md", ".txt", ".rst", ".orig",
-                      ".cfg", ".retry")
+IGNORED_EXTENSIONS = (
+    ".pyc",
+    ".pyo",
+    ".swp",
+    ".bak",
+    "~",
+    ".rpm",
+    ".md",
+    ".txt",
+    ".rst",
+    ".orig",
+    ".cfg",
+    ".retry",
+)
 VARS_DIRS = ("group_vars", "host_vars")
 # Ansible's INI patterns: `[group]`, `[group:vars]`, with trailing blanks and a `#` comment.
 INI_SECTION = re.compile(r"^\[([^:\]\s]+)(?::(\w+))?\]\s*(?:#.*)?$")
@@ -119,7 +131,7 @@ def read_inventory(path: Path, collector: FindingCollector) -> RawInventory | No
         text = _read_text(source, collector)
         if text is None:
             continue
-        if source.suffix in YAML_EXTENSIONS:
+        if source.suffix in YAML_EXTENSIONS or (not source.suffix and _is_yaml_inventory(text)):
             _read_yaml_inventory(source, text, raw, collector)
         else:
             _read_ini_inventory(source, text, raw, collector)
@@ -153,8 +165,11 @@ def _read_text(path: Path, collector: FindingCollector) -> str | None:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
-        collector.error(f"not UTF-8 text: {error.reason}", origin=Origin(path, line),
-                        hint="save the file as UTF-8")
+        collector.error(
+            f"not UTF-8 text: {error.reason}",
+            origin=Origin(path, line),
+            hint="save the file as UTF-8",
+        )
     except OSError as error:
         collector.error(f"cannot read: {error.strerror}", origin=Origin(path))
     return None
@@ -164,8 +179,11 @@ def _load_yaml_file(path: Path, text: str, collector: FindingCollector) -> objec
     try:
         data = load_yaml(text)
     except YamlError as error:
-        collector.error(error.message, origin=Origin(path, error.line),
-                        hint="fix the YAML syntax; `yamllint FILE` shows the details")
+        collector.error(
+            error.message,
+            origin=Origin(path, error.line),
+            hint="fix the YAML syntax; `yamllint FILE` shows the details",
+        )
         return None
     _report_duplicate_keys(data, path, collector)
     return data
@@ -176,7 +194,9 @@ def _report_duplicate_keys(data: object, path: Path, collector: FindingCollector
         for key, line in data.duplicates:
             collector.warning(
                 f"key '{key}' appears twice in one mapping; the last one wins",
-                origin=Origin(path, line), key=key, hint="remove one of them",
+                origin=Origin(path, line),
+                key=key,
+                hint="remove one of them",
             )
         for value in data.values():
             _report_duplicate_keys(value, path, collector)
@@ -199,8 +219,10 @@ def _read_yaml_inventory(path: Path, text: str, raw: RawInventory, collector: Fi
     if data is None:
         return
     if not isinstance(data, dict):
-        collector.error("an inventory file must be a mapping of groups (start with `all:`)",
-                        origin=Origin(path, 1))
+        collector.error(
+            "an inventory file must be a mapping of groups (start with `all:`)",
+            origin=Origin(path, 1),
+        )
         return
     for group_name, body in data.items():
         origin = Origin(path, _line_of(data, group_name))
@@ -214,8 +236,11 @@ def _read_yaml_group(path, name, body, origin, raw, collector) -> None:
     if body is None:
         return
     if not isinstance(body, dict):
-        collector.error(f"group '{name}' must be a mapping with hosts, vars or children",
-                        origin=origin, key=name)
+        collector.error(
+            f"group '{name}' must be a mapping with hosts, vars or children",
+            origin=origin,
+            key=name,
+        )
         return
     for section, value in body.items():
         line = Origin(path, _line_of(body, section))
@@ -224,12 +249,14 @@ def _read_yaml_group(path, name, body, origin, raw, collector) -> None:
         if section not in ("hosts", "vars", "children"):
             collector.error(
                 f"group '{name}' has an unexpected key '{section}'",
-                origin=line, key=str(section),
+                origin=line,
+                key=str(section),
                 hint="a group holds only `hosts:`, `vars:` and `children:`",
             )
         elif not isinstance(value, dict):
-            collector.error(f"`{section}` of group '{name}' must be a mapping", origin=line,
-                            key=str(section))
+            collector.error(
+                f"`{section}` of group '{name}' must be a mapping", origin=line, key=str(section)
+            )
         elif section == "vars":
             for key, var in value.items():
                 _set_var(group.file_vars, key, var, Origin(path, _line_of(value, key)))
@@ -243,8 +270,11 @@ def _read_yaml_group(path, name, body, origin, raw, collector) -> None:
             for pattern, host_vars in value.items():
                 host_origin = Origin(path, _line_of(value, pattern))
                 if host_vars is not None and not isinstance(host_vars, dict):
-                    collector.error(f"host '{pattern}' must map to its variables (or nothing)",
-                                    origin=host_origin, key=str(pattern))
+                    collector.error(
+                        f"host '{pattern}' must map to its variables (or nothing)",
+                        origin=host_origin,
+                        key=str(pattern),
+                    )
                     host_vars = None
                 _declare_hosts(raw, group, str(pattern), host_vars, path, host_origin, collector)
 
@@ -283,14 +313,26 @@ def _set_var(target: dict[str, Located], key: object, value: object, origin: Ori
 
 
 def _update_priority(group: RawGroup, collector: FindingCollector) -> None:
-    located = group.file_vars.get("ansible_group_priority")
+    # Ansible's Group.set_variable: the priority is a property of the group, not a variable.
+    located = group.file_vars.pop("ansible_group_priority", None)
     if located is None:
         return
     try:
         group.priority = int(located.value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        collector.error("ansible_group_priority must be a whole number", origin=located.origin,
-                        key="ansible_group_priority")
+        collector.error(
+            "ansible_group_priority must be a whole number",
+            origin=located.origin,
+            key="ansible_group_priority",
+        )
+
+
+def _is_yaml_inventory(text: str) -> bool:
+    """Ansible tries its yaml plugin first on a file without extension, then ini."""
+    try:
+        return isinstance(load_yaml(text), dict)
+    except YamlError:
+        return False
 
 
 # -- INI inventories ---------------------------------------------------------------------
@@ -313,6 +355,11 @@ def _parse_ini_value(text: str) -> object:
 
 def _read_ini_inventory(path: Path, text: str, raw: RawInventory, collector: FindingCollector):
     group_name, state = "ungrouped", "hosts"
+    # As Ansible: a group named by [g:children] or [g:vars] must be defined by its own section
+    # (here or in an earlier source), or Ansible refuses the whole file.
+    defined = {name for name, group in raw.groups.items() if group.origin is not None}
+    defined |= {"all", "ungrouped"}
+    pending: dict[str, tuple[str, Origin]] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         origin = Origin(path, number)
         line = line.strip()
@@ -321,16 +368,26 @@ def _read_ini_inventory(path: Path, text: str, raw: RawInventory, collector: Fin
         if line.startswith("["):
             section = INI_SECTION.match(line)
             if section is None:
-                collector.error(f"invalid section header {line!r}", origin=origin,
-                                hint="write [group], [group:vars] or [group:children]")
+                collector.error(
+                    f"invalid section header {line!r}",
+                    origin=origin,
+                    hint="write [group], [group:vars] or [group:children]",
+                )
                 state = "skip"  # its lines belong to no known group
                 continue
             group_name, state = section.group(1), section.group(2) or "hosts"
             if state not in ("hosts", "vars", "children"):
-                collector.error(f"section [{group_name}:{state}] has unknown type '{state}'",
-                                origin=origin, hint="use :vars or :children")
+                collector.error(
+                    f"section [{group_name}:{state}] has unknown type '{state}'",
+                    origin=origin,
+                    hint="use :vars or :children",
+                )
                 state = "skip"
                 continue
+            if state == "vars" and group_name not in defined:
+                pending.setdefault(group_name, (f"[{group_name}:vars]", origin))
+            elif state != "vars":
+                defined.add(group_name)
             if group_name != "all":
                 raw.add_child("all", group_name, origin)
             else:
@@ -352,8 +409,19 @@ def _read_ini_inventory(path: Path, text: str, raw: RawInventory, collector: Fin
                 collector.error(f"expected a group name, got {line!r}", origin=origin)
                 continue
             raw.add_child(group_name, child.group(1), origin)
+            if child.group(1) not in defined:
+                pending.setdefault(child.group(1), (f"[{group_name}:children]", origin))
         else:
             _read_ini_host_line(line, group, origin, raw, collector)
+    for name, (section_name, origin) in pending.items():
+        if name not in defined:
+            collector.error(
+                f"{section_name} names group '{name}', which has no [{name}] or "
+                f"[{name}:children] section; Ansible refuses this file",
+                origin=origin,
+                key=name,
+                hint=f"add a [{name}] section (it may be empty)",
+            )
 
 
 def _read_ini_host_line(line, group, origin, raw, collector) -> None:
@@ -368,8 +436,7 @@ def _read_ini_host_line(line, group, origin, raw, collector) -> None:
     for token in tokens[1:]:
         key, sep, value = token.partition("=")
         if not sep:
-            collector.error(f"expected key=value after the host name, got {token!r}",
-                            origin=origin)
+            collector.error(f"expected key=value after the host name, got {token!r}", origin=origin)
             continue
         host_vars[key] = _parse_ini_value(value)
     _declare_hosts(raw, group, pattern, host_vars, None, origin, collector)
@@ -430,8 +497,9 @@ def _load_vars_file(path: Path, target: dict[str, Located], collector) -> None:
     if data is None:
         return
     if not isinstance(data, dict):
-        collector.error("a vars file must be a mapping of variable names to values",
-                        origin=Origin(path, 1))
+        collector.error(
+            "a vars file must be a mapping of variable names to values", origin=Origin(path, 1)
+        )
         return
     for key, value in data.items():
         _set_var(target, key, value, Origin(path, _line_of(data, key)))
@@ -442,11 +510,17 @@ def _report_orphans(directory: Path, known: dict, dirname: str, collector) -> No
     for entry in sorted(directory.iterdir()):
         if entry.name.startswith("."):
             continue
-        stem = entry.name if entry.is_dir() else entry.stem if entry.suffix in YAML_EXTENSIONS \
+        stem = (
+            entry.name
+            if entry.is_dir()
+            else entry.stem
+            if entry.suffix in YAML_EXTENSIONS
             else entry.name
+        )
         if stem not in known:
             collector.warning(
                 f"{dirname}/{entry.name} names {kind} '{stem}', which the inventory does not "
                 "have; Ansible ignores it",
-                origin=Origin(entry), hint=f"rename it after an existing {kind} or remove it",
+                origin=Origin(entry),
+                hint=f"rename it after an existing {kind} or remove it",
             )

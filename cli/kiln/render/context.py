@@ -10,8 +10,14 @@ from kiln.inventory import Cluster, Node
 
 
 def _hardware_key(node: Node) -> tuple:
-    return (node.sockets, node.cores_per_socket, node.threads_per_core, node.real_memory_mb,
-            node.profile.gres_type if node.has_gpus else None, node.gpu_count)
+    return (
+        node.sockets,
+        node.cores_per_socket,
+        node.threads_per_core,
+        node.real_memory_mb,
+        node.profile.gres_type if node.has_gpus else None,
+        node.gpu_count,
+    )
 
 
 def _device_files(count: int) -> str:
@@ -54,9 +60,14 @@ def cluster_context(cluster: Cluster) -> dict:
             "controllers": [{"name": n.name, "address": n.address} for n in cluster.controllers],
             "node_groups": node_groups(compute),
             "partitions": [
-                {"name": p.name, "nodes": list(p.nodes), "default": p.default,
-                 "max_time": p.max_time}
-                for p in cluster.partitions if p.nodes
+                {
+                    "name": p.name,
+                    "nodes": list(p.nodes),
+                    "default": p.default,
+                    "max_time": p.max_time,
+                }
+                for p in cluster.partitions
+                if p.nodes
             ],
             "leaf_switches": switches(compute),
             "has_gpus": any(node.has_gpus for node in compute),
