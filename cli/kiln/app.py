@@ -58,6 +58,10 @@ def _register() -> None:
     app.command("unlock")(unlock.unlock)
     app.command("facts")(facts.facts)
 
+    from kiln.commands import report
+
+    app.command("report")(report.report)
+
     from kiln.commands import exec_
 
     app.command("exec")(exec_.exec_)

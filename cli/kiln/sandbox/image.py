@@ -35,6 +35,21 @@ SECURITY_MIRROR = os.environ.get(
 REGISTRY_BASE = "debian:bookworm"
 RECIPE_LABEL = f"{LABEL}.recipe"
 
+# Debian packages the base, slurm and burn-in stages install; keep in step with the roles.
+PREFETCH_PACKAGES = (
+    "python3-apt",
+    "chrony",
+    "pciutils",
+    "numactl",
+    "ethtool",
+    "rsync",
+    "munge",
+    "libmunge2",
+    "slurm-client",
+    "slurmd",
+    "slurmctld",
+)
+
 # Runs as root inside the base image (either path); keep it POSIX sh and idempotent.
 CUSTOMIZE = f"""\
 set -eu
@@ -80,8 +95,12 @@ mkdir -p /etc/systemd/journald.conf.d /var/log/journal
 printf '[Journal]\\nStorage=persistent\\nSystemMaxUse=64M\\nRuntimeMaxUse=16M\\n' \\
   > /etc/systemd/journald.conf.d/kiln.conf
 install -d -m 0700 /root/.ssh
-apt-get clean
-rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /tmp/* /var/tmp/*
+# A fresh package index, and the packages the stages install downloaded (not installed) into
+# the image: every container shares this layer, so N nodes download them once, not N times.
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --download-only {" ".join(PREFETCH_PACKAGES)} >/dev/null
+rm -rf /tmp/* /var/tmp/*
 """
 
 # (`docker commit --change` refuses STOPSIGNAL on Docker 20.10: `docker run` sets it instead.)

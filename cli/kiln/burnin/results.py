@@ -1,0 +1,171 @@
+"""Burn-in results as typed records: the workloads' JSON documents and nccl-tests' output.
+
+`gemm_from_doc` and `allreduce_from_doc` read the documents `workloads/gemm.py` and
+`workloads/allreduce.py` print; `allreduce_from_nccl` turns a parsed nccl-tests run into the same
+record, so judging and plotting treat both alike. A malformed document raises ResultError, which
+the run-record loader turns into a NoResult for that node or job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kiln.parsers.nccl_tests import NcclResult
+
+SCHEMA_VERSION = 1
+NO_RESULT = "no result: job timed out or crashed"
+
+
+class ResultError(ValueError):
+    """A result document kiln cannot read."""
+
+
+@dataclass(frozen=True, slots=True)
+class GemmDevice:
+    index: int
+    name: str
+    tflops: float
+    checksum_ok: bool
+    throttle_reasons: tuple[str, ...] = ()
+    temp_c_max: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GemmResult:
+    node: str
+    hostname: str
+    device_kind: str  # "cuda" or "cpu"
+    dtype: str
+    devices: tuple[GemmDevice, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NoResult:
+    """A node or job whose result is missing or unreadable: a failure, never a skip."""
+
+    name: str
+    reason: str = NO_RESULT
+
+
+@dataclass(frozen=True, slots=True)
+class BandwidthRow:
+    bytes: int
+    busbw_gbs: float
+    algbw_gbs: float
+    time_us: float
+
+
+@dataclass(frozen=True, slots=True)
+class AllreduceResult:
+    job: str
+    hosts: tuple[str, ...]  # distinct nodes, in rank order
+    world_size: int
+    source: str  # "torch" (workloads/allreduce.py) or "nccl-tests"
+    rows: tuple[BandwidthRow, ...]
+    verdict_bytes: int
+    verdict_busbw_gbs: float
+    correct: bool
+    ring: bool = False
+
+    @property
+    def scope(self) -> str:
+        """'node' (inside one node), 'pair' (two nodes) or 'fabric' (more)."""
+        return {1: "node", 2: "pair"}.get(len(self.hosts), "fabric")
+
+
+def _distinct(names: list[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(names))
+
+
+def gemm_from_doc(node: str, doc: Any) -> GemmResult:
+    """The gemm workload's document for `node` (the run record's name for it, not its hostname)."""
+    try:
+        if doc.get("kind") != "gemm":
+            raise ResultError(f"not a gemm document (kind {doc.get('kind')!r})")
+        devices = []
+        for d in doc["devices"]:
+            clocks = d.get("clocks") or {}
+            devices.append(
+                GemmDevice(
+                    index=int(d["index"]),
+                    name=d.get("name", ""),
+                    tflops=float(d.get("tflops") or 0.0),
+                    checksum_ok=bool(d.get("checksum_ok")),
+                    throttle_reasons=tuple(clocks.get("throttle_reasons") or ()),
+                    temp_c_max=clocks.get("temp_c_max"),
+                    error=d.get("error"),
+                )
+            )
+        return GemmResult(
+            node=node,
+            hostname=str(doc.get("hostname", "")),
+            device_kind=str(doc.get("device_kind", "")),
+            dtype=str(doc["devices"][0].get("dtype", "")) if doc["devices"] else "",
+            devices=tuple(devices),
+        )
+    except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
+        raise ResultError(f"unexpected gemm document ({exc!r})") from None
+
+
+def allreduce_from_doc(job: str, doc: Any) -> AllreduceResult:
+    """The allreduce workload's document (printed by rank 0)."""
+    try:
+        if doc.get("kind") != "allreduce":
+            raise ResultError(f"not an allreduce document (kind {doc.get('kind')!r})")
+        rows = tuple(
+            BandwidthRow(
+                bytes=int(r["bytes"]),
+                busbw_gbs=float(r["busbw_gbs"]),
+                algbw_gbs=float(r["algbw_gbs"]),
+                time_us=float(r["time_us"]),
+            )
+            for r in doc["rows"]
+        )
+        return AllreduceResult(
+            job=job,
+            hosts=_distinct(list(doc["hosts"])),
+            world_size=int(doc["world_size"]),
+            source="torch",
+            rows=rows,
+            verdict_bytes=int(doc["verdict_bytes"]),
+            verdict_busbw_gbs=float(doc["verdict_busbw_gbs"]),
+            correct=bool(doc.get("correct")),
+            ring=doc.get("nccl_algo") == "Ring",
+        )
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise ResultError(f"unexpected allreduce document ({exc!r})") from None
+
+
+def allreduce_from_nccl(
+    job: str, result: NcclResult, verdict_bytes: int | None = None
+) -> AllreduceResult:
+    """A parsed nccl-tests all_reduce_perf run; the verdict at `verdict_bytes` or its largest size.
+
+    Bandwidth is the out-of-place figure (what nccl-tests' summary line averages).
+    """
+    rows = tuple(
+        BandwidthRow(
+            bytes=r.size_bytes,
+            busbw_gbs=r.out_of_place.busbw_gbs,
+            algbw_gbs=r.out_of_place.algbw_gbs,
+            time_us=r.out_of_place.time_us,
+        )
+        for r in result.rows
+        if r.out_of_place is not None and r.size_bytes > 0
+    )
+    if not rows:
+        raise ResultError("nccl-tests output has no non-empty out-of-place rows")
+    wanted = verdict_bytes or max(r.bytes for r in rows)
+    verdict = next((r for r in reversed(rows) if r.bytes == wanted), rows[-1])
+    return AllreduceResult(
+        job=job,
+        hosts=_distinct([d.host.split(".")[0] for d in result.devices]),
+        world_size=len(result.devices) or result.params.get("nGpus", 1),
+        source="nccl-tests",
+        rows=rows,
+        verdict_bytes=verdict.bytes,
+        verdict_busbw_gbs=verdict.busbw_gbs,
+        correct=result.wrong_total == 0 and not result.out_of_bounds,
+    )

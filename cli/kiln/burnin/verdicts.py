@@ -1,0 +1,119 @@
+"""Verdicts: one judged fact about a GPU, node, link, node pair or job.
+
+Every node gets one verdict per check it was judged on (passed or not: JUnit shows a test case
+per node and check); a GPU gets its own verdict only when it fails, so 100,000 healthy GPUs do
+not become 100,000 objects. A failing verdict with action `drain` names a Slurm drain reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+REASON_MAX = 99  # Slurm takes longer reasons, but `sinfo -R` and people read these
+
+
+class Severity(StrEnum):
+    INFO = "info"
+    WARNING = "warning"  # below a performance threshold
+    CRITICAL = "critical"  # wrong results, hardware slowdown, no result, missing GPU
+
+
+class Action(StrEnum):
+    NONE = "none"
+    DRAIN = "drain"  # take the node out of service (Slurm drain with `reason`)
+    INVESTIGATE = "investigate"  # a person looks: a link, a pair, the fabric as a whole
+
+
+SEVERITY_RANK = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
+
+# check name -> what it means (the JSON report and the README list these)
+CHECKS = {
+    "result": "the node's gemm job produced a readable result",
+    "gpu_count": "every GPU the inventory declares ran the gemm",
+    "checksum": "the gemm's numbers match an FP64 reference (no silent data corruption)",
+    "gemm_floor": "TFLOPS per GPU at or above the profile floor",
+    "gemm_vs_node_best": "no GPU more than gemm_relative_pct below the best GPU of its node",
+    "throttle": "no hardware or thermal clock slowdown during the gemm",
+    "node_vs_fleet": "node mean TFLOPS not more than node_relative_pct below its profile's median",
+    "allreduce_node": "all-reduce busbw inside the node at or above the floor",
+    "allreduce_fabric": "multi-node all-reduce busbw at or above the floor",
+    "allreduce_pairs": "the node's pairwise all-reduces are not mostly slow",
+    "allreduce_link": "a node pair is slow while both nodes are fine with others",
+    "allreduce_correct": "the all-reduce produced the exact sum",
+}
+
+
+def num(value: float | None) -> str:
+    """A figure for people: 612, 38.4, 0.0421."""
+    if value is None:
+        return "-"
+    if value == int(value) and abs(value) < 1e6:
+        return str(int(value))
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    if abs(value) >= 1:
+        return f"{value:.1f}"
+    return f"{value:.3g}"
+
+
+def reason(text: str) -> str:
+    """A Slurm drain reason: 'kiln: ...', one line, at most REASON_MAX characters."""
+    text = "kiln: " + " ".join(text.split())
+    return text if len(text) <= REASON_MAX else text[: REASON_MAX - 3] + "..."
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    subject: str  # gpu | node | link | pair | job | fabric
+    name: str  # "gpu012/gpu3", "gpu012", "gpu012<->gpu044", "fabric-ring"
+    check: str  # a key of CHECKS
+    passed: bool
+    measured: float | None = None
+    threshold: float | None = None
+    unit: str = ""
+    severity: Severity = Severity.INFO
+    action: Action = Action.NONE
+    message: str = ""  # one line for people; the drain reason is built from it
+    node: str | None = None  # the node this verdict belongs to, when it is about one
+
+    @property
+    def reason(self) -> str:
+        return reason(self.message) if not self.passed else ""
+
+    def to_dict(self) -> dict:
+        return {
+            "subject": self.subject,
+            "name": self.name,
+            "node": self.node,
+            "check": self.check,
+            "passed": self.passed,
+            "measured": self.measured,
+            "threshold": self.threshold,
+            "unit": self.unit,
+            "severity": str(self.severity),
+            "action": str(self.action),
+            "message": self.message,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Verdict:
+        return cls(
+            subject=d["subject"],
+            name=d["name"],
+            node=d.get("node"),
+            check=d["check"],
+            passed=bool(d["passed"]),
+            measured=d.get("measured"),
+            threshold=d.get("threshold"),
+            unit=d.get("unit", ""),
+            severity=Severity(d.get("severity", "info")),
+            action=Action(d.get("action", "none")),
+            message=d.get("message", ""),
+        )
+
+
+def sort_key(v: Verdict) -> tuple:
+    """Failing first, most severe first, then by name."""
+    return (v.passed, SEVERITY_RANK[v.severity], v.name, v.check)

@@ -1,0 +1,19 @@
+"""Workloads shipped to the nodes: standalone scripts (python3 + torch, stdlib otherwise).
+
+They never import kiln, so the burn-in role copies them as plain files next to whatever torch
+the node has (the distribution's on CPU nodes, a pinned CUDA venv or site wheelhouse on GPU
+nodes). Each prints one JSON document on stdout; the run record stores it as is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+WORKLOADS = ("gemm", "allreduce")
+
+
+def workload_path(name: str) -> Path:
+    """The file to copy to the nodes for this workload."""
+    if name not in WORKLOADS:
+        raise KeyError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
+    return Path(__file__).with_name(f"{name}.py")

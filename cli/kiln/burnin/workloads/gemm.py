@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""kiln burn-in GEMM: every device of this node at once, a dense matmul sustained for a set time.
+
+Standalone: python3 + torch, stdlib otherwise (no kiln import). Prints one JSON document on
+stdout; diagnostics go to stderr.
+
+    python3 gemm.py --seconds 60            # BF16 on every CUDA GPU, FP32 on a CPU-only node
+
+Per device (one thread each, started together behind a barrier so the node is loaded as a whole)
+it reports achieved TFLOPS = 2 n^3 x iterations / seconds. After every timed batch it checks
+the numbers it computed, two ways, against references computed once in FP64:
+  - one 64x64 output tile, recomputed on the CPU (independent hardware), element by element;
+  - the column sums of the whole output, against (1^T A) B computed in FP64 on the device;
+so a wrong element anywhere that is larger than about the typical element magnitude, and any
+wrong element in the tile, is caught (`checksum_ok: false`: silent data corruption).
+While it runs, `nvidia-smi --query-gpu` is sampled for clocks, temperature, power and the
+active clock event (throttle) reasons, summarised per device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from datetime import UTC, datetime
+
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+import torch  # noqa: E402
+
+SCHEMA_VERSION = 1
+TILE = 64
+# (rtol, atol as a fraction of the reference's RMS) per dtype: BF16 rounds its output to 8
+# mantissa bits (2^-9 relative); FP32 accumulates in FP32.
+TOLERANCE = {"bfloat16": (2**-6, 2**-6), "float16": (2**-8, 2**-8), "float32": (1e-4, 1e-4)}
+SMI_FIELDS = ("index", "pci.bus_id", "clocks.sm", "clocks.max.sm", "temperature.gpu", "power.draw")
+REASON_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
+REASON_BITS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+
+
+def decode_reasons(mask: int) -> list[str]:
+    """nvidia-smi's clocks_event_reasons.active bitmask -> reason names."""
+    return [name for bit, name in REASON_BITS.items() if mask & bit]
+
+
+def compare(result: torch.Tensor, reference: torch.Tensor, dtype: str) -> tuple[bool, float]:
+    """(ok, worst error as a multiple of the allowed error) of `result` against `reference`.
+
+    Allowed per element: rtol x |ref| + atol x RMS(ref), from the dtype's TOLERANCE. NaN or
+    infinity anywhere is never ok.
+    """
+    res = result.detach().to("cpu", torch.float64)
+    ref = reference.detach().to("cpu", torch.float64)
+    rtol, atol = TOLERANCE[dtype]
+    scale = ref.pow(2).mean().sqrt().item() or 1.0
+    allowed = rtol * ref.abs() + atol * scale
+    worst = ((res - ref).abs() / allowed).max().item()
+    if not math.isfinite(worst):
+        return False, math.inf
+    return worst <= 1.0, worst
+
+
+class Sampler(threading.Thread):
+    """Polls `nvidia-smi --query-gpu` every `interval` seconds until stopped."""
+
+    def __init__(self, interval: float) -> None:
+        super().__init__(daemon=True)
+        self.interval = interval
+        self.samples: list[dict] = []
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._fields = self._probe()
+
+    def _probe(self) -> tuple[str, ...] | None:
+        if shutil.which("nvidia-smi") is None:
+            self.error = "nvidia-smi not found"
+            return None
+        for reasons in REASON_FIELDS:  # newer drivers say "event", older ones "throttle"
+            fields = (*SMI_FIELDS, reasons)
+            if self._query(fields) is not None:
+                return fields
+        return None
+
+    def _query(self, fields: tuple[str, ...]) -> list[list[str]] | None:
+        cmd = ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            self.error = str(exc)
+            return None
+        if proc.returncode != 0:
+            self.error = (proc.stdout + proc.stderr).strip()[:200]
+            return None
+        return [[c.strip() for c in line.split(",")] for line in proc.stdout.splitlines() if line]
+
+    def run(self) -> None:
+        while self._fields and not self._stop.is_set():
+            now = time.time()
+            for row in self._query(self._fields) or []:
+                if len(row) == len(self._fields):
+                    self.samples.append({"t": round(now, 3), **_sample(row)})
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join(timeout=30)
+
+
+def _num(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None  # "[N/A]", "[Not Supported]"
+
+
+def _sample(row: list[str]) -> dict:
+    mask = int(row[6], 16) if row[6].lower().startswith("0x") else 0
+    return {
+        "index": int(row[0]),
+        "pci_bus_id": row[1],
+        "sm_mhz": _num(row[2]),
+        "max_sm_mhz": _num(row[3]),
+        "temp_c": _num(row[4]),
+        "power_w": _num(row[5]),
+        "reasons": decode_reasons(mask),
+    }
+
+
+def summarise(samples: list[dict], smi_index: int) -> dict:
+    """Per device: sample count, SM clock min/mean, max temperature and power, reasons seen."""
+    mine = [s for s in samples if s["index"] == smi_index]
+    clocks = [s["sm_mhz"] for s in mine if s["sm_mhz"] is not None]
+    reasons = sorted({r for s in mine for r in s["reasons"]} - {"gpu_idle"})
+    return {
+        "samples": len(mine),
+        "sm_mhz_min": min(clocks) if clocks else None,
+        "sm_mhz_mean": round(sum(clocks) / len(clocks), 1) if clocks else None,
+        "sm_mhz_max_rated": max((s["max_sm_mhz"] or 0 for s in mine), default=None),
+        "temp_c_max": max((s["temp_c"] or 0 for s in mine), default=None),
+        "power_w_max": max((s["power_w"] or 0 for s in mine), default=None),
+        "throttle_reasons": reasons,
+    }
+
+
+def smi_index(index: int) -> int:
+    """nvidia-smi's index of torch's device `index` (CUDA_VISIBLE_DEVICES, PCI order)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    parts = [p.strip() for p in visible.split(",") if p.strip()]
+    if index < len(parts) and parts[index].isdigit():
+        return int(parts[index])
+    return index
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class DeviceRun:
+    """The matmul loop on one device; `result` is its entry in the `devices` list."""
+
+    def __init__(self, index: int, device: torch.device, n: int, dtype: torch.dtype) -> None:
+        self.index, self.device, self.n, self.dtype = index, device, n, dtype
+        self.dtype_name = str(dtype).removeprefix("torch.")
+        self.result: dict = {"index": index, "dtype": self.dtype_name}
+
+    def setup(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+            self.result["name"] = torch.cuda.get_device_name(self.device)
+        else:
+            self.result["name"] = cpu_name()
+        gen = torch.Generator(device=self.device).manual_seed(20250 + self.index)
+        shape = (self.n, self.n)
+        self.a = torch.randn(shape, generator=gen, device=self.device, dtype=self.dtype)
+        self.b = torch.randn(shape, generator=gen, device=self.device, dtype=self.dtype)
+        self.c = torch.empty(shape, device=self.device, dtype=self.dtype)
+        # References, once, in FP64: a tile on the CPU and the column sums on the device.
+        self.ref_tile = self.a[:TILE].cpu().double() @ self.b[:, :TILE].cpu().double()
+        ones_a = self.a.sum(dim=0, dtype=torch.float64)
+        self.ref_colsum = (ones_a.unsqueeze(0) @ self.b.double()).squeeze(0)
+        torch.matmul(self.a, self.b, out=self.c)  # warm-up: kernels chosen, clocks up
+        _sync(self.device)
+
+    def check(self) -> tuple[bool, float]:
+        tile_ok, tile_err = compare(self.c[:TILE, :TILE], self.ref_tile, self.dtype_name)
+        colsum = self.c.sum(dim=0, dtype=torch.float64)
+        sum_ok, sum_err = compare(colsum, self.ref_colsum, self.dtype_name)
+        return tile_ok and sum_ok, max(tile_err, sum_err)
+
+    def run(self, seconds: float, barrier: threading.Barrier) -> None:
+        try:
+            self.setup()
+            start = time.perf_counter()
+            torch.matmul(self.a, self.b, out=self.c)
+            _sync(self.device)
+            per_iter = max(time.perf_counter() - start, 1e-6)
+            batch = max(1, min(1000, int(0.25 / per_iter)))  # about 4 checks a second
+        except Exception as exc:  # a dead GPU is a result, not a crash
+            self.result.update(error=f"{type(exc).__name__}: {exc}"[:500], checksum_ok=False)
+            barrier.abort()
+            return
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            self.result.update(error="another device failed to start", checksum_ok=False)
+            return
+        iterations, busy, ok, worst = 0, 0.0, True, 0.0
+        try:
+            while busy < seconds:
+                start = time.perf_counter()
+                for _ in range(batch):
+                    torch.matmul(self.a, self.b, out=self.c)
+                _sync(self.device)
+                busy += time.perf_counter() - start
+                iterations += batch
+                batch_ok, err = self.check()
+                ok, worst = ok and batch_ok, max(worst, err)
+        except Exception as exc:
+            self.result["error"] = f"{type(exc).__name__}: {exc}"[:500]
+            ok = False
+        flops = 2.0 * self.n**3 * iterations
+        self.result.update(
+            tflops=round(flops / busy / 1e12, 4) if busy else 0.0,
+            iterations=iterations,
+            seconds=round(busy, 3),
+            checksum_ok=ok,
+            check_error_ratio=round(worst, 4) if math.isfinite(worst) else None,
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="kiln burn-in: sustained dense matmul per device")
+    parser.add_argument("--seconds", type=float, default=60.0, help="timed duration per device")
+    parser.add_argument("--n", type=int, default=None, help="matrix size (GPU 8192, CPU 1024)")
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    parser.add_argument(
+        "--sample-interval",
+        type=float,
+        default=None,
+        help="nvidia-smi sampling period in s (default: seconds/600, at least 1)",
+    )
+    args = parser.parse_args(argv)
+    use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    if use_cuda and not torch.cuda.is_available():
+        print("gemm: --device cuda but torch sees no CUDA device", file=sys.stderr)
+        return 2
+    n = args.n or (8192 if use_cuda else 1024)
+    if use_cuda:
+        runs = [
+            DeviceRun(i, torch.device("cuda", i), n, torch.bfloat16)
+            for i in range(torch.cuda.device_count())
+        ]
+    else:
+        runs = [DeviceRun(0, torch.device("cpu"), n, torch.float32)]
+    interval = args.sample_interval or max(1.0, args.seconds / 600)
+    sampler = Sampler(interval) if use_cuda else None
+    if sampler:
+        sampler.start()
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    barrier = threading.Barrier(len(runs))
+    threads = [threading.Thread(target=r.run, args=(args.seconds, barrier)) for r in runs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    devices = [r.result for r in runs]
+    if sampler:
+        sampler.stop()
+        for r in runs:
+            r.result["clocks"] = summarise(sampler.samples, smi_index(r.index))
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "gemm",
+        "hostname": socket.gethostname().split(".")[0],
+        "started": started,
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "device_kind": "cuda" if use_cuda else "cpu",
+        "n": n,
+        "seconds_requested": args.seconds,
+        "devices": devices,
+        "sampler_error": sampler.error if sampler else None,
+        "samples": sampler.samples if sampler else [],
+    }
+    json.dump(doc, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""`kiln facts`: the hardware facts the last preflight run saved, as a table or JSON."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from kiln.console import out, print_json
+from kiln.errors import EnvironmentProblem
+from kiln.runner.records import last_run_with
+
+
+def _gpus(facts: dict[str, Any]) -> str:
+    declared = facts.get("declared", {})
+    shown = facts.get("gpu_count", 0)
+    text = f"{shown}/{declared.get('gpu_count', 0)} {declared.get('gpu_model', '')}".strip()
+    smi = facts.get("nvidia_smi") or []
+    drivers = {gpu.get("driver_version") for gpu in smi if gpu.get("driver_version")}
+    return text + (f" (driver {', '.join(sorted(drivers))})" if drivers else "")
+
+
+def _bmc(facts: dict[str, Any]) -> str:
+    if not facts.get("bmc_address"):
+        return "-"
+    reachable = facts.get("bmc_reachable")
+    state = {True: "answers", False: "no answer"}.get(reachable, "not probed")
+    return f"{facts['bmc_address']} {state}"
+
+
+def facts(
+    inventory: Annotated[Path, typer.Argument(help="The inventory directory.")],
+    json_: Annotated[bool, typer.Option("--json", help="Print the facts as JSON.")] = False,
+) -> int:
+    """Print the facts saved by the last preflight run on INVENTORY."""
+    record = last_run_with(inventory, "preflight")
+    if record is None:
+        raise EnvironmentProblem(
+            f"no preflight run recorded for {inventory.resolve()}",
+            hint=f"run: kiln provision {inventory} --stages preflight",
+        )
+    saved = record.read_facts()
+    if json_:
+        print_json(
+            "facts",
+            {"run_id": record.run_id, "inventory": str(inventory.resolve()), "hosts": saved},
+        )
+        return 0
+    table = Table(title=f"facts from run {record.run_id}", title_justify="left")
+    for column in (
+        "host",
+        "os",
+        "kernel",
+        "cpus",
+        "memory GiB",
+        "GPUs shown/declared",
+        "IB HCAs",
+        "BMC",
+    ):
+        table.add_column(column)
+    for host, item in sorted(saved.items()):
+        table.add_row(
+            host,
+            str(item.get("os", "")),
+            str(item.get("kernel", "")),
+            str(item.get("cpus", "")),
+            f"{int(item.get('memory_mb', 0)) / 1024:.1f}",
+            _gpus(item),
+            ", ".join(item.get("ib_hcas") or []) or "-",
+            _bmc(item),
+        )
+    out.print(table)
+    return 0

@@ -1,0 +1,168 @@
+"""`kiln provision`: validate the inventory, then run the stages in order on its hosts."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kiln.console import err, out, print_json
+from kiln.errors import ExitCode, InvalidInputError
+from kiln.runner.events import StageProgress
+from kiln.runner.stages import Stage
+
+STATUS_STYLE = {
+    "ok": "green",
+    "changed": "yellow",
+    "failed": "bold red",
+    "unreachable": "bold magenta",
+    "aborted": "red",
+    "not_run": "dim",
+}
+
+
+class LiveDisplay:
+    """One progress line per stage on stderr: a rich display on a TTY, plain lines otherwise."""
+
+    def __init__(self) -> None:
+        self.rich = err.is_terminal
+        self.bar = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=err,
+            transient=False,
+        )
+        self.task_id: Any = None
+        self.batches = 0
+        self.last_task: str | None = None
+
+    def __enter__(self) -> LiveDisplay:
+        if self.rich:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.rich:
+            self.bar.stop()
+
+    def stage_started(self, stage: Stage, hosts: list[str], batches: int) -> None:
+        self.batches, self.last_task = batches, None
+        line = f"{stage.name}: {len(hosts)} host(s) in {batches} batch(es)"
+        if self.rich:
+            self.task_id = self.bar.add_task(line, total=None)
+        else:
+            err.print(line)
+
+    def progress(self, state: StageProgress) -> None:
+        c = state.counts
+        text = (
+            f"[bold]{state.stage}[/] batch {state.batch}/{self.batches}  ok {c['ok']}  "
+            f"changed {c['changed']}  failed {c['failed']}  unreachable {c['unreachable']}"
+        )
+        if self.rich:
+            self.bar.update(self.task_id, description=f"{text}  [dim]{state.task or ''}[/]")
+            return
+        if state.task != self.last_task:
+            self.last_task = state.task
+            err.print(f"{state.stage}: task {state.task}")
+        if state.last_message:
+            err.print(f"{state.stage}: {state.last_host} {state.last_status}: {state.last_message}")
+            state.last_message = None
+
+    def stage_finished(self, stage: Stage, result: dict[str, Any]) -> None:
+        counts: dict[str, int] = {}
+        for host in result["hosts"].values():
+            counts[host["status"]] = counts.get(host["status"], 0) + 1
+        text = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+        line = f"{stage.name}: {result['status']} ({text or 'no host'})"
+        if self.rich:
+            self.bar.update(self.task_id, description=line, total=1, completed=1)
+        else:
+            err.print(line)
+
+
+def _confirm(cluster: Any, stages: list[Stage], yes: bool, check: bool) -> None:
+    if yes or check:
+        return
+    if not (sys.stdin.isatty() and err.is_terminal):
+        raise InvalidInputError(
+            "no terminal to confirm on; refusing to touch hosts",
+            hint="pass --yes to provision without a prompt (GitOps pipelines)",
+        )
+    names = ", ".join(stage.name for stage in stages)
+    if not typer.confirm(f"Provision {cluster.name} ({names}) on its hosts?", err=True):
+        err.print("nothing done")
+        raise typer.Exit(int(ExitCode.FAILED))
+
+
+def render_summary(summary: dict[str, Any]) -> None:
+    stages = [entry["name"] for entry in summary["stages"]]
+    table = Table(title=f"kiln provision {summary['run_id']}", title_justify="left")
+    table.add_column("host")
+    for name in stages:
+        table.add_column(name)
+    for host, statuses in summary["hosts"].items():
+        cells = []
+        for name in stages:
+            status = statuses.get(name, "-")
+            cells.append(f"[{STATUS_STYLE.get(status, '')}]{status}[/]" if status != "-" else "-")
+        table.add_row(host, *cells)
+    out.print(table)
+    for entry in summary["stages"]:
+        for host, result in entry["hosts"].items():
+            if result["status"] in ("failed", "unreachable"):
+                out.print(
+                    f"{entry['name']}: {host} {result['status']} at "
+                    f"'{result['failed_task']}': {result['message']}"
+                )
+    if summary["stopped"]:
+        out.print(f"stopped in {summary['stopped']['stage']}: {summary['stopped']['reason']}")
+    out.print(f"changed tasks: {summary['changed']}; run record: {summary['record']}")
+
+
+def provision(
+    inventory: Annotated[Path, typer.Argument(help="The inventory directory.")],
+    stages: Annotated[
+        str | None, typer.Option(help="Comma-separated stages (default: all).")
+    ] = None,
+    limit: Annotated[str | None, typer.Option(help="Ansible host pattern to run on.")] = None,
+    check: Annotated[
+        bool, typer.Option(help="Check mode: show what would change, with diffs.")
+    ] = False,
+    retry_failed: Annotated[
+        bool, typer.Option(help="Only the failed/unreachable hosts of the last run.")
+    ] = False,
+    batch_size: Annotated[
+        str | None, typer.Option(help="Rolling batch: a count N or a percentage P%.")
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    json_: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> int:
+    """Provision the inventory's hosts, stage by stage (exit 0 all good, 1 a host failed)."""
+    from kiln.inventory import require_valid
+    from kiln.runner.provision import ProvisionOptions, normalize_batch_size
+    from kiln.runner.provision import provision as run_provision
+    from kiln.runner.stages import select_stages
+
+    cluster = require_valid(inventory)
+    selected = select_stages(stages)
+    options = ProvisionOptions(
+        stages=selected,
+        limit=limit,
+        check=check,
+        retry_failed=retry_failed,
+        batch_size=normalize_batch_size(batch_size) if batch_size else None,
+    )
+    _confirm(cluster, selected, yes, check)
+    with LiveDisplay() as display:
+        summary = run_provision(cluster, options, listener=display)
+    if json_:
+        print_json("provision", summary)
+    else:
+        render_summary(summary)
+    return summary["exit_code"]

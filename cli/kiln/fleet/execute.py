@@ -1,0 +1,153 @@
+"""Run one command on many nodes over SSH in parallel, each node bounded by a deadline.
+
+Each node gets a worker from a bounded pool (`fanout`). Connecting is bounded by the node's
+connect timeout (ansible_timeout or ConnectTimeout, default 10 s), the command by `timeout`
+seconds from its start, as pdsh -u and clush -u do. A command still running then is killed
+(kiln.fleet.channel.kill) and its channel closed; the node is reported `timeout` with what it
+printed so far. A node that cannot be reached or logged into is
+`unreachable`; one whose host key is unknown or different is `hostkey`. The command string goes
+to the remote shell exactly as given.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+
+import paramiko
+
+from kiln.fleet.channel import collect, kill
+from kiln.fleet.connect import Connector, UnknownHostKey, describe
+from kiln.fleet.ssh import SshSettings, settings_for
+from kiln.inventory import Node
+
+
+class Status(StrEnum):
+    OK = "ok"
+    FAILED = "failed"
+    UNREACHABLE = "unreachable"
+    TIMEOUT = "timeout"
+    HOSTKEY = "hostkey"
+
+
+@dataclass
+class NodeResult:
+    name: str
+    address: str
+    status: Status
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    duration: float = 0.0
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "status": str(self.status), "duration": round(self.duration, 3)}
+
+
+@dataclass
+class ExecResult:
+    command: str
+    results: list[NodeResult]  # in the order the nodes were given (inventory order)
+    duration: float
+    fanout: int
+    timeout: float
+    counts: dict[str, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.counts = {str(s): sum(r.status is s for r in self.results) for s in Status}
+
+    @property
+    def ok(self) -> bool:
+        return all(result.status is Status.OK for result in self.results)
+
+
+def _run_one(
+    node: Node, settings: SshSettings, command: str, timeout: float, connector: Connector,
+    active: set[paramiko.SSHClient], stop: threading.Event,
+) -> NodeResult:  # fmt: skip
+    start = time.monotonic()
+
+    def result(status: Status, **fields) -> NodeResult:
+        elapsed = time.monotonic() - start
+        return NodeResult(node.name, settings.address, status, duration=elapsed, **fields)
+
+    if stop.is_set():
+        return result(Status.UNREACHABLE, error="interrupted before it started")
+    try:
+        client = connector.connect(settings, settings.connect_timeout)
+    except (paramiko.BadHostKeyException, UnknownHostKey) as error:
+        return result(Status.HOSTKEY, error=describe(error))
+    except TimeoutError:
+        wait = settings.connect_timeout
+        return result(Status.UNREACHABLE, error=f"no SSH answer within {wait:g}s")
+    except Exception as error:  # noqa: BLE001 - socket, auth, protocol and jump host errors
+        return result(Status.UNREACHABLE, error=describe(error))
+    active.add(client)
+    try:
+        chan = client.get_transport().open_session(timeout=settings.connect_timeout)
+        deadline = time.monotonic() + timeout
+        chan.exec_command(command)
+        chan.shutdown_write()  # stdin at EOF: a command reading it does not wait forever
+        out, err, timed_out = collect(chan, deadline)
+        if timed_out:
+            kill(chan)
+            return result(
+                Status.TIMEOUT, stdout=out.text(), stderr=err.text(),
+                error=f"still running after {timeout:g}s: killed",
+            )  # fmt: skip
+        code = chan.recv_exit_status()
+        if code == -1:  # no exit-status: killed by a signal, or the connection dropped
+            return result(Status.FAILED, stdout=out.text(), stderr=err.text(),
+                          error="no exit status (killed by a signal?)")  # fmt: skip
+        status = Status.OK if code == 0 else Status.FAILED
+        return result(status, exit_code=code, stdout=out.text(), stderr=err.text())
+    except Exception as error:  # noqa: BLE001 - the connection broke mid-command
+        return result(Status.UNREACHABLE, error=f"connection lost: {describe(error)}")
+    finally:
+        active.discard(client)
+        client.close()
+
+
+def run_command(
+    nodes: Sequence[Node],
+    command: str,
+    *,
+    fanout: int = 64,
+    timeout: float = 60.0,
+    on_result: Callable[[NodeResult], None] | None = None,
+    connector: Connector | None = None,
+) -> ExecResult:
+    """Run `command` on every node, at most `fanout` at once; `on_result` is called as each
+    node finishes, from the calling thread. Ctrl-C closes every open connection and re-raises."""
+    settings = [settings_for(node.name, node.address, node.hostvars) for node in nodes]
+    connector = connector or Connector()
+    active: set[paramiko.SSHClient] = set()
+    stop = threading.Event()
+    results: list[NodeResult | None] = [None] * len(nodes)
+    start = time.monotonic()
+    pool = ThreadPoolExecutor(max_workers=max(1, min(fanout, len(nodes))))
+    try:
+        futures = {
+            pool.submit(_run_one, node, ssh, command, timeout, connector, active, stop): index
+            for index, (node, ssh) in enumerate(zip(nodes, settings, strict=True))
+        }
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+            if on_result is not None:
+                on_result(future.result())
+    except BaseException:
+        stop.set()
+        for client in active.copy():  # closing their channels wakes every worker up
+            client.close()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=False)
+        connector.close()
+    done = [result for result in results if result is not None]
+    return ExecResult(command, done, time.monotonic() - start, fanout, timeout)

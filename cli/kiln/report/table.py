@@ -1,0 +1,60 @@
+"""The terminal report: a rich table, failing verdicts first, then a summary per check."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from kiln.burnin.model import BurninReport
+from kiln.burnin.verdicts import num
+
+STYLE = {"critical": "bold red", "warning": "yellow", "info": "green"}
+MAX_PASSING = 60  # passing verdicts listed one by one; more are only counted
+
+
+def render_table(report: BurninReport, *, show_passing: bool | None = None) -> Group:
+    """Renderables for a console; passing rows only for small runs unless asked."""
+    failures = report.failures
+    passing = [v for v in report.verdicts if v.passed]
+    if show_passing is None:
+        show_passing = len(passing) <= MAX_PASSING
+    drain = report.drain()
+    head = Text.from_markup(
+        f"[bold]kiln burn-in[/] {escape(report.cluster)} run {escape(report.run_id or '-')}: "
+        + (
+            "[bold green]PASSED[/]"
+            if report.passed
+            else f"[bold red]FAILED[/] ({len(failures)} failing verdicts, {len(drain)} node(s) to "
+            "drain)"
+        )
+    )
+    table = Table(show_lines=False, header_style="bold", pad_edge=False)
+    table.add_column("status", no_wrap=True)
+    table.add_column("action", no_wrap=True)
+    table.add_column("name", no_wrap=True)
+    table.add_column("check", no_wrap=True)
+    table.add_column("detail", overflow="fold", ratio=1)
+    for v in failures + (passing if show_passing else []):
+        if v.passed:
+            status, detail = Text("ok", style="green"), ""
+            if v.measured is not None and v.threshold is not None:
+                detail = f"{num(v.measured)} >= {num(v.threshold)} {v.unit}".rstrip()
+        else:
+            status = Text(f"FAIL {v.severity}", style=STYLE[str(v.severity)])
+            detail = v.message
+        action = str(v.action) if not v.passed else ""
+        table.add_row(status, action, v.name, v.check, detail)
+    parts: list = [head, table]
+    if not show_passing and passing:
+        counts: dict[str, list[int]] = {}
+        for v in report.verdicts:
+            counts.setdefault(v.check, [0, 0])[0 if v.passed else 1] += 1
+        summary = Table(title=f"{len(passing)} passing verdicts, by check", header_style="bold")
+        for column in ("check", "passed", "failed"):
+            summary.add_column(column)
+        for check, (ok, bad) in sorted(counts.items()):
+            summary.add_row(check, str(ok), Text(str(bad), style="red" if bad else ""))
+        parts.append(summary)
+    return Group(*parts)

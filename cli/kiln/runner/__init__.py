@@ -1,0 +1,11 @@
+"""kiln's execution engine: the only package that talks to ansible-runner.
+
+- `engine.run_playbook(request, recorder, targets)` runs one playbook (the one ansible_runner
+  import in kiln lives in engine.py);
+- `provision.provision(cluster, options, listener=...)` runs the stages in order under the
+  inventory lock and writes the run record;
+- `records`, `lock`, `stages`, `hostpattern`, `events`: run records, the per-inventory lock,
+  the stage list, `--limit` patterns and the event recorder.
+
+Import the submodules directly; this file imports nothing so `kiln --help` stays fast.
+"""

@@ -1,0 +1,219 @@
+"""Turn ansible-runner events into compact records, live progress and per-host results.
+
+The recorder is ansible-runner's event handler: it only records and returns fast. It returns
+False so ansible-runner writes no job_events/*.json file (about 4 KB an event); the compact line
+it appends to events.jsonl is the event log kept in the run record.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import IO, Any
+
+HOST_EVENTS = {
+    "runner_on_ok": "ok",
+    "runner_on_failed": "failed",
+    "runner_on_unreachable": "unreachable",
+    "runner_on_skipped": "skipped",
+    "runner_on_async_ok": "ok",
+    "runner_on_async_failed": "failed",
+}
+# Stats keys from the awx_display callback (playbook_on_stats) -> HostResult counters.
+STATS_KEYS = {
+    "ok": "ok",
+    "changed": "changed",
+    "failures": "failed",
+    "dark": "unreachable",
+    "skipped": "skipped",
+    "rescued": "rescued",
+    "ignored": "ignored",
+}
+MSG_LIMIT = 2000
+LIVE_RANK = {"ok": 0, "changed": 1, "unreachable": 2, "failed": 3}
+
+
+@dataclass(slots=True)
+class HostResult:
+    """One host in one stage. `status` is the verdict; the counters come from the recap."""
+
+    host: str
+    status: str = "not_run"  # ok | changed | failed | unreachable | aborted | not_run
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    rescued: int = 0
+    ignored: int = 0
+    batch: int | None = None
+    failed_task: str | None = None
+    message: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class StageProgress:
+    """What a progress display needs: per-status host counts and the task in flight."""
+
+    stage: str
+    task: str | None = None
+    batch: int = 0
+    counts: dict[str, int] = field(
+        default_factory=lambda: {"ok": 0, "changed": 0, "failed": 0, "unreachable": 0}
+    )
+    last_host: str | None = None
+    last_status: str | None = None
+    last_message: str | None = None
+
+
+ProgressCallback = Callable[[StageProgress], None]
+
+
+def failure_message(res: Any) -> str | None:
+    """The message of a failed or unreachable task result, however the module shaped it."""
+    if not isinstance(res, dict):
+        return None
+    for item in res.get("results") or ():
+        if isinstance(item, dict) and item.get("failed"):
+            message = failure_message(item)
+            if message:
+                return message
+    parts = [str(res[key]).strip() for key in ("msg", "stderr", "module_stderr") if res.get(key)]
+    if not parts and res.get("rc") not in (None, 0):
+        parts.append(f"exit status {res['rc']}")
+    text = parts[0] if parts else None
+    if text and len(text) > MSG_LIMIT:
+        text = text[:MSG_LIMIT] + "..."
+    return text
+
+
+class EventRecorder:
+    """ansible-runner event handler for one stage: records, feeds progress, never blocks."""
+
+    def __init__(
+        self,
+        stage: str,
+        log: IO[str] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> None:
+        self.stage = stage
+        self.log = log
+        self.progress = progress
+        self.state = StageProgress(stage)
+        self.hosts: dict[str, HostResult] = {}
+        self.live: dict[str, str] = {}
+        self.stats: dict[str, dict[str, int]] | None = None
+        self.artifact_data: dict[str, Any] = {}
+        self.batches = 0
+        self.no_hosts_remaining = False
+        self.events = 0
+
+    def _host(self, name: str) -> HostResult:
+        result = self.hosts.get(name)
+        if result is None:
+            result = self.hosts[name] = HostResult(name, batch=self.batches or None)
+        return result
+
+    def __call__(self, event: dict[str, Any]) -> bool:
+        self.events += 1
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        record: dict[str, Any] | None = None
+        if kind == "playbook_on_play_start":
+            self.batches += 1
+            self.state.batch = self.batches
+            record = {"play": data.get("play"), "batch": self.batches}
+        elif kind == "playbook_on_task_start":
+            self.state.task = data.get("task")
+            record = {"task": self.state.task}
+        elif kind in HOST_EVENTS:
+            record = self._host_event(kind, data)
+        elif kind == "playbook_on_no_hosts_remaining":
+            self.no_hosts_remaining = True
+            record = {}
+        elif kind == "playbook_on_stats":
+            self.stats = {key: dict(data.get(key) or {}) for key in STATS_KEYS if key in data} or {
+                "ok": {}
+            }
+            self.artifact_data = dict(data.get("artifact_data") or {})
+            record = {"stats": self.stats}
+        if record is not None and self.log is not None:
+            line = {"stage": self.stage, "n": event.get("counter"), "event": kind, **record}
+            line["t"] = event.get("created")
+            self.log.write(json.dumps(line, separators=(",", ":"), default=str) + "\n")
+        if record is not None and self.progress is not None and kind != "playbook_on_stats":
+            self.progress(self.state)
+        return False  # ansible-runner writes no per-event JSON file
+
+    def _host_event(self, kind: str, data: dict[str, Any]) -> dict[str, Any] | None:
+        host = data.get("host")
+        if not host:
+            return None
+        status = HOST_EVENTS[kind]
+        res = data.get("res") if isinstance(data.get("res"), dict) else {}
+        ignored = bool(data.get("ignore_errors")) and status == "failed"
+        result = self._host(host)
+        changed = bool(res.get("changed"))
+        record: dict[str, Any] = {"host": host, "task": data.get("task")}
+        if changed:
+            record["changed"] = True
+        if status in ("failed", "unreachable") and not ignored:
+            result.failed_task = data.get("task")
+            result.message = failure_message(res)
+            record["msg"] = result.message
+            live = status
+        else:
+            if ignored:
+                record["ignored"] = True
+            live = "changed" if changed else "ok"
+        self._count(host, live)
+        self.state.last_host, self.state.last_status = host, status
+        self.state.last_message = result.message if status in ("failed", "unreachable") else None
+        return record
+
+    def _count(self, host: str, status: str) -> None:
+        """Count each host once, under the worst status it has reached so far."""
+        previous = self.live.get(host)
+        if previous is not None and LIVE_RANK[previous] >= LIVE_RANK[status]:
+            return
+        if previous is not None:
+            self.state.counts[previous] -= 1
+        self.state.counts[status] += 1
+        self.live[host] = status
+
+    def host_results(self, targets: list[str], *, stopped: bool) -> dict[str, HostResult]:
+        """Per-host results from the recap; hosts the play never reached are `not_run`.
+
+        When the rollout stopped early, hosts of the last batch that neither failed nor were
+        unreachable did not finish the stage: they are `aborted`.
+        """
+        results: dict[str, HostResult] = {}
+        stats = self.stats or {}
+        seen = set(targets)
+        names = list(targets) + sorted({h for counters in stats.values() for h in counters} - seen)
+        for name in names:
+            result = self.hosts.get(name) or HostResult(name)
+            for key, attribute in STATS_KEYS.items():
+                setattr(result, attribute, int((stats.get(key) or {}).get(name, 0)))
+            result.status = _verdict(result, in_recap=any(name in c for c in stats.values()))
+            if self.stats is None and name in self.hosts:
+                # No recap: judge from the events alone.
+                result.status = "failed" if result.failed_task else "aborted"
+            if stopped and result.status in ("ok", "changed") and result.batch == self.batches:
+                result.status = "aborted"
+            results[name] = result
+        return results
+
+
+def _verdict(result: HostResult, *, in_recap: bool) -> str:
+    if result.unreachable:
+        return "unreachable"
+    if result.failed:
+        return "failed"
+    if not in_recap:
+        return "not_run"
+    return "changed" if result.changed else "ok"

@@ -1,0 +1,160 @@
+"""Where kiln keeps its state, and the run record of each provision.
+
+State dir: `$KILN_HOME` when set, else `.kiln/` in the current directory (like `.terraform/`:
+run kiln from the repository that holds the inventory and the records sit beside it; CI keeps
+`.kiln/runs/` as an artifact). Layout:
+
+    <state>/runs/<run-id>/summary.json        the versioned summary (also `kiln provision --json`)
+    <state>/runs/<run-id>/events.jsonl        compact event log, one line per event
+    <state>/runs/<run-id>/failed_hosts        hosts that failed, one per line
+    <state>/runs/<run-id>/unreachable_hosts   hosts that were unreachable, one per line
+    <state>/runs/<run-id>/facts.json          facts saved by the preflight stage
+    <state>/runs/<run-id>/<stage>/            ansible-runner's private data dir (stdout, rc, ...)
+    <state>/last_run/<inventory-key>          id of the last run on that inventory
+    <state>/locks/<inventory-key>.lock        the lock of a provision in progress
+    <state>/fact_cache/                       Ansible's jsonfile fact cache
+
+<inventory-key> is the first 16 hex digits of the SHA-256 of the inventory's absolute path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kiln.errors import InvalidInputError
+
+SUMMARY_SCHEMA_VERSION = 1
+
+
+def state_dir() -> Path:
+    home = os.environ.get("KILN_HOME")
+    return (Path(home) if home else Path.cwd() / ".kiln").resolve()
+
+
+def inventory_key(inventory: Path) -> str:
+    return hashlib.sha256(str(Path(inventory).resolve()).encode()).hexdigest()[:16]
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_run_id(when: datetime | None = None) -> str:
+    """Sortable and unique: 20260530T101500Z-3f9a1c."""
+    when = when or now()
+    return f"{when:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+class RunRecord:
+    """The directory of one run; the core writes it, commands read it."""
+
+    def __init__(self, state: Path, run_id: str) -> None:
+        self.state = state
+        self.run_id = run_id
+        self.path = state / "runs" / run_id
+
+    @classmethod
+    def create(cls, state: Path | None = None, run_id: str | None = None) -> RunRecord:
+        record = cls(state or state_dir(), run_id or new_run_id())
+        record.path.mkdir(parents=True, exist_ok=False)
+        return record
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / "summary.json"
+
+    @property
+    def events_path(self) -> Path:
+        return self.path / "events.jsonl"
+
+    @property
+    def facts_path(self) -> Path:
+        return self.path / "facts.json"
+
+    def stage_dir(self, stage: str) -> Path:
+        path = self.path / stage
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        _write_atomic(self.summary_path, json.dumps(summary, indent=2, default=str) + "\n")
+        for name, hosts in (
+            ("failed_hosts", summary.get("failed_hosts", [])),
+            ("unreachable_hosts", summary.get("unreachable_hosts", [])),
+        ):
+            _write_atomic(self.path / name, "".join(f"{host}\n" for host in hosts))
+
+    def write_facts(self, facts: dict[str, Any]) -> None:
+        _write_atomic(self.facts_path, json.dumps(facts, indent=2, sort_keys=True) + "\n")
+
+    def read_summary(self) -> dict[str, Any]:
+        return json.loads(self.summary_path.read_text())
+
+    def read_facts(self) -> dict[str, Any]:
+        return json.loads(self.facts_path.read_text()) if self.facts_path.is_file() else {}
+
+    def hosts_file(self, name: str) -> list[str]:
+        path = self.path / name
+        if not path.is_file():
+            return []
+        return [line.strip() for line in path.read_text().splitlines() if line.strip()]
+
+    def mark_last(self, inventory: Path) -> None:
+        pointer = self.state / "last_run" / inventory_key(inventory)
+        pointer.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(pointer, self.run_id + "\n")
+
+
+def last_run(inventory: Path, state: Path | None = None) -> RunRecord | None:
+    """The last provision run on this inventory, or None."""
+    state = state or state_dir()
+    pointer = state / "last_run" / inventory_key(inventory)
+    if not pointer.is_file():
+        return None
+    record = RunRecord(state, pointer.read_text().strip())
+    return record if record.summary_path.is_file() else None
+
+
+def last_run_with(inventory: Path, stage: str, state: Path | None = None) -> RunRecord | None:
+    """The newest run on this inventory whose summary includes `stage` (for `kiln facts`)."""
+    state = state or state_dir()
+    runs = state / "runs"
+    if not runs.is_dir():
+        return None
+    wanted = str(Path(inventory).resolve())
+    for path in sorted(runs.iterdir(), reverse=True):
+        summary_path = path / "summary.json"
+        if not summary_path.is_file():
+            continue
+        try:
+            summary = json.loads(summary_path.read_text())
+        except (OSError, ValueError):
+            continue
+        stages = [entry.get("name") for entry in summary.get("stages", [])]
+        if summary.get("inventory") == wanted and stage in stages:
+            return RunRecord(state, path.name)
+    return None
+
+
+def retry_hosts(inventory: Path, state: Path | None = None) -> list[str]:
+    """Hosts that failed or were unreachable in the last run on this inventory."""
+    record = last_run(inventory, state)
+    if record is None:
+        raise InvalidInputError(
+            f"no previous run on {inventory} to retry",
+            hint="run `kiln provision` without --retry-failed first",
+        )
+    hosts = record.hosts_file("failed_hosts") + record.hosts_file("unreachable_hosts")
+    return list(dict.fromkeys(hosts))

@@ -1,0 +1,62 @@
+"""The provisioning stages, in order: the one place that lists them.
+
+Each stage is one playbook in PLAYBOOKS_DIR; `site.yml` imports them all in this order. A stage
+whose playbook does not exist yet is not offered (later issues add them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kiln.errors import InvalidInputError
+from kiln.paths import PLAYBOOKS_DIR
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    name: str
+    playbook: str
+    summary: str
+
+    def path(self, playbooks_dir: Path = PLAYBOOKS_DIR) -> Path:
+        return (playbooks_dir / self.playbook).resolve()
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("preflight", "preflight.yml", "gathered facts against the declared hardware"),
+    Stage("base", "base.yml", "hostnames, /etc/hosts, chrony, packages, memlock, package holds"),
+    Stage("nvidia", "nvidia.yml", "driver, fabric manager, persistenced, DCGM, CUDA"),
+    Stage("infiniband", "infiniband.yml", "rdma stack, IPoIB, subnet manager, link checks"),
+    Stage("nccl", "nccl.yml", "NCCL and nccl-tests"),
+    Stage("slurm", "slurm.yml", "munge, slurmctld, slurmd, GRES, topology"),
+    Stage("power", "power.yml", "persistence mode, power limits, clocks"),
+)
+
+
+def available_stages(playbooks_dir: Path = PLAYBOOKS_DIR) -> list[Stage]:
+    """The stages whose playbook exists, in order."""
+    return [stage for stage in STAGES if stage.path(playbooks_dir).is_file()]
+
+
+def select_stages(names: str | None, playbooks_dir: Path = PLAYBOOKS_DIR) -> list[Stage]:
+    """Resolve `--stages a,b` to stages in canonical order; None means every available stage."""
+    available = available_stages(playbooks_dir)
+    if not names:
+        return available
+    wanted = [name.strip() for name in names.split(",") if name.strip()]
+    known = {stage.name: stage for stage in STAGES}
+    offered = {stage.name for stage in available}
+    unknown = [name for name in wanted if name not in known]
+    if unknown:
+        raise InvalidInputError(
+            f"unknown stage(s): {', '.join(unknown)}",
+            hint=f"stages, in order: {', '.join(stage.name for stage in STAGES)}",
+        )
+    missing = [name for name in wanted if name not in offered]
+    if missing:
+        raise InvalidInputError(
+            f"stage(s) not available yet (no playbook): {', '.join(missing)}",
+            hint=f"available: {', '.join(sorted(offered, key=list(known).index))}",
+        )
+    return [stage for stage in available if stage.name in wanted]

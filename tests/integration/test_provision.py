@@ -1,0 +1,126 @@
+"""`kiln provision` on the Docker sandbox: converge, idempotence from stats, refusals.
+
+Needs the sandbox inventory to set, for containers: base_hosts_unsafe_writes: true (Docker
+bind-mounts /etc/hosts) and base_chrony_start: false (no CAP_SYS_TIME in a container).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kiln.runner.lock import InventoryLock
+
+pytestmark = pytest.mark.integration
+
+KILN = str(Path(sys.executable).parent / "kiln")
+STAGES = "preflight,base"
+
+
+def kiln(*args: str, state: Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KILN_HOME": str(state)}
+    return subprocess.run(
+        [KILN, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=1800, check=False
+    )
+
+
+def provision_json(inventory: Path, state: Path, *extra: str) -> tuple[int, dict]:
+    proc = kiln(
+        "provision", str(inventory), "--stages", STAGES, "--yes", "--json", *extra, state=state
+    )
+    document = json.loads(proc.stdout) if proc.stdout.strip() else {}
+    return proc.returncode, document | {"_stderr": proc.stderr}
+
+
+def docker_mtime(container: str, path: str) -> str:
+    proc = subprocess.run(
+        ["docker", "exec", container, "stat", "-c", "%Y", path],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return proc.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("kiln-state")
+
+
+@pytest.fixture(scope="module")
+def converged(sandbox, state) -> dict:
+    code, summary = provision_json(sandbox.inventory, state)
+    assert code == 0, summary.get("_stderr")
+    return summary
+
+
+def test_provision_converges_every_node(converged, sandbox):
+    names = {node.name for node in sandbox.nodes}
+    assert set(converged["hosts"]) == names
+    for host, stages in converged["hosts"].items():
+        assert set(stages) == {"preflight", "base"}, host
+        assert set(stages.values()) <= {"ok", "changed"}, (host, stages)
+    assert converged["failed_hosts"] == [] and converged["unreachable_hosts"] == []
+    assert converged["stopped"] is None
+    record = Path(converged["record"])
+    assert (record / "summary.json").is_file() and (record / "events.jsonl").is_file()
+    facts = json.loads((record / "facts.json").read_text())
+    assert set(facts) == names
+    assert all(item["os"].startswith("Debian") for item in facts.values())
+    for node in sandbox.nodes:
+        hosts = subprocess.run(
+            ["docker", "exec", node.name, "cat", "/etc/hosts"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert all(f"{other.address}\t{other.name}" in hosts for other in sandbox.nodes)
+
+
+def test_second_provision_changes_nothing(converged, sandbox, state):
+    code, summary = provision_json(sandbox.inventory, state)
+    assert code == 0, summary.get("_stderr")
+    changed = {
+        (entry["name"], host): result["changed"]
+        for entry in summary["stages"]
+        for host, result in entry["hosts"].items()
+        if result["changed"]
+    }
+    assert summary["changed"] == 0, changed
+
+
+def test_facts_prints_the_preflight_facts(converged, sandbox, state):
+    proc = kiln("facts", str(sandbox.inventory), "--json", state=state)
+    assert proc.returncode == 0, proc.stderr
+    assert set(json.loads(proc.stdout)["hosts"]) == {node.name for node in sandbox.nodes}
+
+
+def test_bad_inventory_touches_no_container(converged, sandbox, state, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(sandbox.inventory, bad)
+    group_vars = bad / "group_vars" / "all.yml"
+    with group_vars.open("a") as handle:
+        handle.write("kiln_gpu_cuont: 8\n")  # a typo: unknown kiln_* keys are errors
+    before = {node.name: docker_mtime(node.name, "/etc/hosts") for node in sandbox.nodes}
+    runs_before = sorted((state / "runs").iterdir())
+
+    code, summary = provision_json(bad, state)
+
+    assert code == 2, summary.get("_stderr")
+    assert "kiln_gpu_cuont" in summary["_stderr"]
+    assert sorted((state / "runs").iterdir()) == runs_before
+    assert {node.name: docker_mtime(node.name, "/etc/hosts") for node in sandbox.nodes} == before
+
+
+def test_held_lock_refuses_a_second_provision(converged, sandbox, state):
+    with InventoryLock(sandbox.inventory, state=state) as held:
+        proc = kiln("provision", str(sandbox.inventory), "--stages", STAGES, "--yes", state=state)
+    assert proc.returncode == 3, proc.stderr
+    assert f"pid {os.getpid()}" in proc.stderr
+    assert held.info is None  # released on leaving the block

@@ -1,0 +1,140 @@
+"""Judging: the synthetic 8-node H100 run, the recorded CPU run, floors, overrides, reasons."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kiln.burnin import Action, Severity, judge_run, load_run
+from kiln.burnin.results import allreduce_from_nccl
+from kiln.burnin.thresholds import floors_for
+from kiln.inventory import require_valid
+from kiln.inventory.schema import BurninSpec
+from kiln.parsers.nccl_tests import parse_text
+from kiln.profiles import get_profile
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+GPU8 = FIXTURES / "burnin" / "gpu8"
+CPU2 = FIXTURES / "burnin" / "cpu2"
+
+
+@pytest.fixture(scope="module")
+def gpu8():
+    return judge_run(GPU8 / "run", require_valid(GPU8 / "inventory"))
+
+
+def failing(report, check):
+    return {v.name for v in report.failures if v.check == check}
+
+
+def test_each_injected_fault_is_found_by_name(gpu8):
+    assert failing(gpu8, "gemm_floor") == {"gpu003", "gpu003/gpu5"}
+    assert failing(gpu8, "checksum") == {"gpu006", "gpu006/gpu2"}
+    assert failing(gpu8, "throttle") == {"gpu007", "gpu007/gpu1"}
+    assert failing(gpu8, "node_vs_fleet") == {"gpu005"}
+    assert failing(gpu8, "result") == {"gpu008"}
+    assert failing(gpu8, "allreduce_node") == {"gpu004"}
+    assert failing(gpu8, "allreduce_fabric") == {"fabric-ring"}
+    assert failing(gpu8, "allreduce_pairs") == {"gpu002"}  # the bad node
+    assert failing(gpu8, "allreduce_link") == {"gpu004<->gpu007"}  # the bad link
+    assert "gpu001" not in gpu8.drain()
+
+
+def test_severity_action_and_drain_reasons(gpu8):
+    drain = gpu8.drain()
+    assert sorted(drain) == ["gpu002", "gpu003", "gpu004", "gpu005", "gpu006", "gpu007", "gpu008"]
+    assert drain["gpu003"] == "kiln: gemm gpu5 478 TFLOPS < floor 520 (+1 more)"
+    assert drain["gpu006"] == "kiln: gemm gpu2 wrong results (silent data corruption)"
+    assert drain["gpu008"] == "kiln: no result: job timed out or crashed"
+    assert drain["gpu007"].startswith("kiln: gpu1 throttled: hw_thermal_slowdown")
+    assert all(len(reason) < 100 for reason in drain.values())
+    by_key = {(v.name, v.check): v for v in gpu8.verdicts}
+    assert by_key[("gpu006/gpu2", "checksum")].severity is Severity.CRITICAL
+    assert by_key[("gpu003/gpu5", "gemm_floor")].measured == 478.0
+    assert by_key[("gpu003/gpu5", "gemm_floor")].threshold == 520.0
+    assert by_key[("gpu004<->gpu007", "allreduce_link")].action is Action.INVESTIGATE
+    assert by_key[("fabric-ring", "allreduce_fabric")].action is Action.INVESTIGATE
+    assert by_key[("gpu001", "gemm_floor")].passed
+    assert [v.passed for v in gpu8.verdicts] == sorted(v.passed for v in gpu8.verdicts)
+
+
+def test_one_verdict_per_node_and_check(gpu8):
+    checks = {v.check for v in gpu8.verdicts if v.name == "gpu001"}
+    assert checks == {
+        "result",
+        "gpu_count",
+        "checksum",
+        "gemm_floor",
+        "gemm_vs_node_best",
+        "throttle",
+        "node_vs_fleet",
+        "allreduce_node",
+        "allreduce_pairs",
+    }
+
+
+def test_recorded_cpu_run_passes():
+    report = judge_run(CPU2 / "run", require_valid(CPU2 / "inventory"))
+    assert report.passed, [v.message for v in report.failures]
+    assert set(report.gpu_tflops) == {"kiln-node01", "kiln-node02"}
+    assert report.floors["none"].gemm_tflops == 0.001
+    assert {v.check for v in report.verdicts if v.name == "kiln-node01"} >= {"result", "gemm_floor"}
+
+
+def test_missing_and_garbled_results_are_failures(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(CPU2 / "run", run)
+    (run / "gemm" / "kiln-node01.json").unlink()
+    (run / "allreduce" / "fabric-ring.json").write_text('{"kind": "allreduce", "ro')
+    report = judge_run(run, require_valid(CPU2 / "inventory"))
+    assert report.drain() == {"kiln-node01": "kiln: no result: job timed out or crashed"}
+    [job] = [v for v in report.failures if v.subject == "job"]
+    assert job.name == "allreduce/fabric-ring" and job.severity is Severity.CRITICAL
+
+
+def test_floor_overrides_apply_only_when_set():
+    profile = get_profile("none")
+    assert floors_for(profile, BurninSpec()).gemm_relative_pct == 50  # the profile's own
+    spec = BurninSpec(gemm_tflops_floor=0.5, gemm_relative_pct=20)
+    floors = floors_for(profile, spec)
+    assert (floors.gemm_tflops, floors.gemm_relative_pct, floors.node_relative_pct) == (0.5, 20, 50)
+    assert set(floors.overridden) == {"gemm_tflops", "gemm_relative_pct"}
+
+
+def test_inventory_override_fails_the_cpu_run(tmp_path):
+    inventory = tmp_path / "inventory"
+    shutil.copytree(CPU2 / "inventory", inventory)
+    with (inventory / "group_vars" / "all.yml").open("a") as handle:
+        handle.write("kiln_burnin:\n  gemm_tflops_floor: 1000\n")
+    report = judge_run(CPU2 / "run", require_valid(inventory))
+    assert failing(report, "gemm_floor") == {
+        "kiln-node01",
+        "kiln-node02",
+        "kiln-node01/cpu0",
+        "kiln-node02/cpu0",
+    }
+
+
+def test_load_run_keeps_the_manifest_order():
+    run = load_run(GPU8 / "run")
+    assert list(run.gemm) == [f"gpu{i:03d}" for i in range(1, 9)]
+    assert len(run.allreduce) == 1 + 8 + 12 and not run.missing_jobs
+
+
+def test_nccl_tests_output_becomes_an_allreduce_result():
+    path = FIXTURES / "real" / "nccl-tests-all_reduce_perf"
+    text = (path / "a100_sxm4_40gb_8gpu_single_node_superbench.txt").read_text()
+    result = allreduce_from_nccl("nccl-node", parse_text(text))
+    assert result.source == "nccl-tests" and result.scope == "node" and result.correct
+    assert result.verdict_bytes == max(r.bytes for r in result.rows)
+    assert result.verdict_busbw_gbs > 100  # an 8-GPU NVLink node
+
+
+def test_report_round_trips_through_json(gpu8):
+    from kiln.burnin.model import BurninReport
+
+    again = BurninReport.from_dict(json.loads(json.dumps(gpu8.to_dict())))
+    assert again.to_dict() == gpu8.to_dict()

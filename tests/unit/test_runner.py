@@ -1,0 +1,629 @@
+"""kiln.runner: the ansible-runner boundary (patched), run records, the lock, retry selection,
+and one fast real run over Ansible's local connection (no Docker)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from kiln.errors import EnvironmentProblem, ExitCode, InvalidInputError
+from kiln.runner import engine, lock, provision, records
+from kiln.runner.events import EventRecorder, failure_message
+from kiln.runner.hostpattern import select_hosts
+from kiln.runner.stages import STAGES, Stage, select_stages
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+SMOKE = FIXTURES / "engine" / "smoke.yml"
+
+
+# --- test doubles ------------------------------------------------------------------------------
+
+
+def node(name: str, *groups: str) -> SimpleNamespace:
+    return SimpleNamespace(name=name, groups=tuple(groups or ("kiln_compute",)))
+
+
+def cluster(inventory: Path, names: list[str], batch_size="100%", max_fail=0) -> SimpleNamespace:
+    return SimpleNamespace(
+        name="test",
+        inventory_dir=inventory,
+        nodes=[node(name) for name in names],
+        rollout=SimpleNamespace(batch_size=batch_size, max_fail_percentage=max_fail),
+    )
+
+
+def ev(kind: str, counter: int = 0, **data) -> dict:
+    return {"event": kind, "counter": counter, "created": "t", "event_data": data}
+
+
+def stats(**counters) -> dict:
+    keys = ("ok", "changed", "failures", "dark", "skipped", "rescued", "ignored")
+    return ev("playbook_on_stats", **{key: counters.get(key, {}) for key in keys})
+
+
+class FakeRunner:
+    """Stands in for ansible_runner's Runner: replays events into the event handler."""
+
+    def __init__(self, kwargs: dict, events: list[dict], status="successful", rc=0) -> None:
+        self.kwargs = kwargs
+        self.events = events
+        self.status, self.rc = status, rc
+        artifact_dir = Path(kwargs["private_data_dir"]) / "artifacts" / kwargs["ident"]
+        env = dict(os.environ)
+        env.update(kwargs["envvars"])
+        env.update({"ANSIBLE_STDOUT_CALLBACK": "awx_display", "AWX_ISOLATED_DATA_DIR": "x"})
+        self.config = SimpleNamespace(env=env, artifact_dir=str(artifact_dir))
+
+    def run(self) -> None:
+        for event in self.events:
+            assert self.kwargs["event_handler"](event) is False
+
+
+@pytest.fixture
+def fake_runner(monkeypatch):
+    """Patch the one ansible_runner entry point; returns the list of runners started."""
+    started: list[FakeRunner] = []
+    script: dict = {"events": [], "status": "successful", "rc": 0}
+
+    def init_runner(**kwargs):
+        if script.get("calls"):  # one script per ansible-runner process, in order
+            script.update(script["calls"].pop(0))
+        runner = FakeRunner(kwargs, script["events"], script["status"], script["rc"])
+        started.append(runner)
+        return runner
+
+    monkeypatch.setattr(engine, "init_runner", init_runner)
+    return SimpleNamespace(started=started, script=script)
+
+
+@pytest.fixture
+def inventory(tmp_path: Path) -> Path:
+    path = tmp_path / "inventory"
+    path.mkdir()
+    return path
+
+
+def request(tmp_path: Path, inventory: Path, **overrides) -> engine.PlaybookRequest:
+    values = dict(
+        playbook=SMOKE,
+        inventory=inventory,
+        private_data_dir=tmp_path / "run" / "base",
+        ident="run-1",
+        fact_cache=tmp_path / "fact_cache",
+    )
+    values.update(overrides)
+    return engine.PlaybookRequest(**values)
+
+
+# --- the ansible-runner boundary ---------------------------------------------------------------
+
+
+def test_run_playbook_passes_exact_arguments(tmp_path, inventory, fake_runner, monkeypatch):
+    monkeypatch.setenv("KILN_MITOGEN", "0")
+    req = request(
+        tmp_path,
+        inventory,
+        limit="@/abs/limit",
+        check=True,
+        diff=True,
+        extravars={"kiln_batch_size": "25%"},
+    )
+    recorder = EventRecorder("base")
+    engine.run_playbook(req, recorder, ["n1"])
+
+    kwargs = fake_runner.started[0].kwargs
+    assert kwargs["private_data_dir"] == str(tmp_path / "run" / "base")
+    assert kwargs["playbook"] == str(SMOKE)
+    assert kwargs["inventory"] == str(inventory)
+    assert all(Path(kwargs[k]).is_absolute() for k in ("private_data_dir", "playbook", "inventory"))
+    assert kwargs["ident"] == "run-1"
+    assert kwargs["limit"] == "@/abs/limit"
+    assert kwargs["cmdline"] == "--check --diff"
+    assert kwargs["forks"] == 25
+    assert kwargs["extravars"] == {"kiln_batch_size": "25%"}
+    assert kwargs["event_handler"] is recorder
+    assert kwargs["quiet"] is True
+    assert kwargs["settings"] == {
+        "fact_cache_type": "jsonfile",
+        "fact_cache": str(tmp_path / "fact_cache"),
+        "suppress_ansible_output": True,
+    }
+    env = kwargs["envvars"]
+    assert env["ANSIBLE_FORKS"] == "25"
+    assert env["ANSIBLE_PIPELINING"] == "True"
+    assert env["ANSIBLE_SSH_ARGS"] == "-o ControlMaster=auto -o ControlPersist=60s"
+    assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True"
+    assert env["ANSIBLE_GATHERING"] == "smart"
+    assert "ANSIBLE_STRATEGY" not in env
+    assert env["ANSIBLE_CONFIG"] == str(tmp_path / "run" / "base" / "ansible.cfg")
+
+
+def test_mitogen_strategy_is_used_when_installed(tmp_path, inventory, monkeypatch):
+    strategy = tmp_path / "ansible_mitogen" / "plugins" / "strategy"
+    strategy.mkdir(parents=True)
+    spec = SimpleNamespace(submodule_search_locations=[str(tmp_path / "ansible_mitogen")])
+    monkeypatch.setattr(engine.importlib.util, "find_spec", lambda name: spec)
+    settings = engine.ansible_settings(request(tmp_path, inventory))
+    assert settings["ANSIBLE_STRATEGY"] == "mitogen_linear"
+    assert settings["ANSIBLE_STRATEGY_PLUGINS"] == str(strategy)
+    monkeypatch.setenv("KILN_MITOGEN", "0")
+    assert "ANSIBLE_STRATEGY" not in engine.ansible_settings(request(tmp_path, inventory))
+
+
+def test_run_playbook_without_limit_or_check_omits_them(tmp_path, inventory, fake_runner):
+    engine.run_playbook(request(tmp_path, inventory), EventRecorder("base"))
+    kwargs = fake_runner.started[0].kwargs
+    assert "limit" not in kwargs and "cmdline" not in kwargs
+
+
+def test_relative_paths_are_refused(tmp_path, inventory, fake_runner):
+    with pytest.raises(ValueError, match="absolute"):
+        engine.run_playbook(request(tmp_path, Path("inventory")), EventRecorder("base"))
+    assert fake_runner.started == []
+
+
+def test_environment_is_allow_listed(tmp_path, inventory, fake_runner, monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cret")
+    monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", "/home/me/vault")
+    monkeypatch.setenv("KILN_SANDBOX", "1")
+    monkeypatch.setenv("SSH_AUTH_SOCK", "/tmp/agent.sock")
+    engine.run_playbook(request(tmp_path, inventory), EventRecorder("base"))
+
+    env = fake_runner.started[0].config.env
+    assert "AWS_SECRET_ACCESS_KEY" not in env
+    assert "ANSIBLE_VAULT_PASSWORD_FILE" not in env  # the user's ANSIBLE_* do not leak in
+    assert env["KILN_SANDBOX"] == "1"
+    assert env["SSH_AUTH_SOCK"] == "/tmp/agent.sock"
+    assert env["HOME"] == os.environ["HOME"]
+    assert env["ANSIBLE_STDOUT_CALLBACK"] == "awx_display"  # what ansible-runner sets stays
+    assert env["ANSIBLE_PIPELINING"] == "True"
+    extra = {k for k in env if k not in engine.ansible_settings(request(tmp_path, inventory))}
+    extra -= {"ANSIBLE_STDOUT_CALLBACK", "AWX_ISOLATED_DATA_DIR"}
+    assert all(k in engine.ENV_ALLOW or k.startswith("KILN_") for k in extra), extra
+
+
+# --- events -> results -------------------------------------------------------------------------
+
+
+def test_recorder_builds_per_host_results_and_compact_log(tmp_path):
+    log = (tmp_path / "events.jsonl").open("w")
+    seen = []
+    recorder = EventRecorder("base", log=log, progress=lambda s: seen.append(dict(s.counts)))
+    events = [
+        ev("playbook_on_play_start", 1, play="Base"),
+        ev("playbook_on_task_start", 2, task="Install"),
+        ev("runner_on_ok", 3, host="n1", task="Install", res={"changed": True}),
+        ev(
+            "runner_on_failed",
+            4,
+            host="n2",
+            task="Install",
+            res={"msg": "No package matching 'chrny'", "stdout": "x" * 10_000},
+        ),
+        ev("runner_on_unreachable", 5, host="n3", task="Install", res={"msg": "ssh: timeout"}),
+        ev("runner_on_failed", 6, host="n1", task="Probe", ignore_errors=True, res={"msg": "meh"}),
+        stats(
+            ok={"n1": 2, "n2": 0},
+            changed={"n1": 1},
+            failures={"n2": 1},
+            dark={"n3": 1},
+            ignored={"n1": 1},
+        ),
+    ]
+    assert all(recorder(event) is False for event in events)
+    log.close()
+
+    results = recorder.host_results(["n1", "n2", "n3", "n4"], stopped=False)
+    assert {h: r.status for h, r in results.items()} == {
+        "n1": "changed",
+        "n2": "failed",
+        "n3": "unreachable",
+        "n4": "not_run",
+    }
+    assert results["n2"].failed_task == "Install"
+    assert results["n2"].message == "No package matching 'chrny'"
+    assert results["n3"].message == "ssh: timeout"
+    assert results["n1"].message is None and results["n1"].ignored == 1
+    assert seen[-1] == {"ok": 0, "changed": 1, "failed": 1, "unreachable": 1}
+
+    lines = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [line["event"] for line in lines][:3] == [
+        "playbook_on_play_start",
+        "playbook_on_task_start",
+        "runner_on_ok",
+    ]
+    assert all(len(json.dumps(line)) < 400 for line in lines)  # no res payloads in the log
+
+
+def test_failure_message_digs_into_loop_items():
+    res = {
+        "msg": "One or more items failed",
+        "results": [{"failed": False}, {"failed": True, "msg": "bad item"}],
+    }
+    assert failure_message(res) == "bad item"
+    assert failure_message({"rc": 3}) == "exit status 3"
+
+
+def test_missing_stats_means_the_play_never_reached_its_recap(tmp_path, inventory, fake_runner):
+    fake_runner.script.update(
+        events=[
+            ev("playbook_on_play_start", 1),
+            ev("playbook_on_task_start", 2, task="T"),
+            ev("runner_on_ok", 3, host="n1", task="T"),
+        ],
+        status="failed",
+        rc=4,
+    )
+    summary = provision.provision(
+        cluster(inventory, ["n1", "n2"]),
+        provision.ProvisionOptions(stages=[Stage("base", str(SMOKE), "")]),
+        state=tmp_path / "state",
+    )
+    stage = summary["stages"][0]
+    assert stage["reached_recap"] is False
+    assert stage["hosts"]["n1"]["status"] == "aborted"
+    assert stage["hosts"]["n2"]["status"] == "not_run"
+    assert "never reached its recap" in summary["stopped"]["reason"]
+    assert summary["exit_code"] == ExitCode.FAILED
+
+
+def test_threshold_stop_leaves_later_batches_untouched(tmp_path, inventory, fake_runner):
+    fake_runner.script.update(
+        events=[
+            ev("playbook_on_play_start", 1),
+            ev("runner_on_failed", 2, host="n1", task="T", res={"msg": "boom"}),
+            ev("runner_on_ok", 3, host="n2", task="T"),
+            ev("playbook_on_no_hosts_remaining", 4),
+            stats(ok={"n2": 1}, failures={"n1": 1}),
+        ],
+        status="failed",
+        rc=2,
+    )
+    stages = [Stage("preflight", str(SMOKE), ""), Stage("base", str(SMOKE), "")]
+    summary = provision.provision(
+        cluster(inventory, ["n1", "n2", "n3", "n4"], batch_size=2),
+        provision.ProvisionOptions(stages=stages),
+        state=tmp_path / "state",
+    )
+    first = summary["stages"][0]
+    assert first["stopped_by_failure_threshold"] is True
+    assert (first["batches"], first["expected_batches"]) == (1, 2)
+    assert {h: r["status"] for h, r in first["hosts"].items()} == {
+        "n1": "failed",
+        "n2": "aborted",
+        "n3": "not_run",
+        "n4": "not_run",
+    }
+    assert summary["stages"][1]["status"] == "skipped"
+    assert summary["stopped_by_failure_threshold"] is True
+    assert summary["failed_hosts"] == ["n1"]
+    assert len(fake_runner.started) == 1
+    assert fake_runner.started[0].kwargs["extravars"]["kiln_batch_size"] == "2"
+
+
+def test_hosts_failing_a_stage_are_left_out_of_later_stages(tmp_path, inventory, fake_runner):
+    fake_runner.script["calls"] = [
+        dict(
+            events=[
+                ev("playbook_on_play_start", 1),
+                ev(
+                    "runner_on_failed",
+                    2,
+                    host="n2",
+                    task="Compare",
+                    res={"msg": "declares 8 GPUs (h100-sxm) but shows 7"},
+                ),
+                ev("runner_on_ok", 3, host="n1", task="Compare"),
+                stats(ok={"n1": 1}, failures={"n2": 1}),
+            ],
+            status="failed",
+            rc=2,
+        ),
+        dict(
+            events=[
+                ev("playbook_on_play_start", 1),
+                ev("runner_on_ok", 2, host="n1", task="Install"),
+                stats(ok={"n1": 1}),
+            ],
+            status="successful",
+            rc=0,
+        ),
+    ]
+    stages = [Stage("preflight", str(SMOKE), ""), Stage("base", str(SMOKE), "")]
+    state = tmp_path / "state"
+    summary = provision.provision(
+        cluster(inventory, ["n1", "n2"], max_fail=50),
+        provision.ProvisionOptions(stages=stages),
+        state=state,
+    )
+    base = fake_runner.started[1].kwargs
+    assert base["limit"].startswith("@") and Path(base["limit"][1:]).read_text() == "n1\n"
+    record = Path(summary["record"])
+    assert (record / "failed_hosts").read_text() == "n2\n"
+    assert (record / "unreachable_hosts").read_text() == ""
+    assert summary["hosts"] == {
+        "n1": {"preflight": "ok", "base": "ok"},
+        "n2": {"preflight": "failed"},
+    }
+    assert (
+        summary["stages"][0]["hosts"]["n2"]["message"] == "declares 8 GPUs (h100-sxm) but shows 7"
+    )
+    assert summary["exit_code"] == ExitCode.FAILED
+    assert json.loads((record / "summary.json").read_text())["schema_version"] == 1
+
+
+# --- retry-failed ------------------------------------------------------------------------------
+
+
+def test_retry_failed_selects_failed_and_unreachable_of_last_run(tmp_path, inventory, fake_runner):
+    state = tmp_path / "state"
+    record = records.RunRecord.create(state, "20260101T000000Z-aaaaaa")
+    record.write_summary({"failed_hosts": ["n2"], "unreachable_hosts": ["n4"]})
+    record.mark_last(inventory)
+    assert records.retry_hosts(inventory, state) == ["n2", "n4"]
+
+    options = provision.ProvisionOptions(stages=[Stage("base", str(SMOKE), "")], retry_failed=True)
+    provision.provision(cluster(inventory, ["n1", "n2", "n3", "n4"]), options, state=state)
+    limit = fake_runner.started[0].kwargs["limit"]
+    assert Path(limit[1:]).read_text() == "n2\nn4\n"
+
+
+def test_retry_failed_without_a_previous_run_is_a_usage_error(tmp_path, inventory):
+    with pytest.raises(InvalidInputError):
+        records.retry_hosts(inventory, tmp_path / "state")
+
+
+# --- the lock ----------------------------------------------------------------------------------
+
+
+def test_second_lock_is_refused_naming_the_holder(tmp_path, inventory):
+    state = tmp_path / "state"
+    with lock.InventoryLock(inventory, state=state) as held:
+        with pytest.raises(EnvironmentProblem) as refused:
+            lock.InventoryLock(inventory, state=state).acquire()
+        assert refused.value.exit_code == ExitCode.ENVIRONMENT
+        assert f"pid {os.getpid()} on {socket.gethostname()}" in refused.value.message
+        assert held.info.lock_id in refused.value.hint
+    assert lock.read_lock(inventory, state) is None
+
+
+def _write_lock(inventory: Path, state: Path, **fields) -> None:
+    path = lock.lock_path(inventory, state)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {
+        "lock_id": "dead0001",
+        "pid": 999_999_999,
+        "host": socket.gethostname(),
+        "started": "2026-01-01T00:00:00+00:00",
+        "inventory": str(inventory),
+    }
+    data.update(fields)
+    path.write_text(json.dumps(data))
+
+
+def test_stale_lock_of_a_dead_pid_on_this_host_is_cleared(tmp_path, inventory):
+    state = tmp_path / "state"
+    _write_lock(inventory, state)
+    taken = lock.InventoryLock(inventory, state=state)
+    taken.acquire()
+    assert taken.cleared_stale.lock_id == "dead0001"
+    taken.release()
+
+
+def test_lock_from_another_host_needs_unlock_with_its_id(tmp_path, inventory):
+    state = tmp_path / "state"
+    _write_lock(inventory, state, host="other-controller")
+    with pytest.raises(EnvironmentProblem):
+        lock.InventoryLock(inventory, state=state).acquire()
+    with pytest.raises(InvalidInputError):
+        lock.force_unlock(inventory, "wrong", state)
+    assert lock.force_unlock(inventory, "dead0001", state).host == "other-controller"
+    assert lock.read_lock(inventory, state) is None
+
+
+def test_provision_under_a_held_lock_touches_nothing(tmp_path, inventory, fake_runner):
+    state = tmp_path / "state"
+    _write_lock(inventory, state, pid=os.getpid())
+    with pytest.raises(EnvironmentProblem):
+        provision.provision(
+            cluster(inventory, ["n1"]),
+            provision.ProvisionOptions(stages=[Stage("base", str(SMOKE), "")]),
+            state=state,
+        )
+    assert fake_runner.started == []
+    assert not (state / "runs").exists()
+
+
+# --- small pure pieces -------------------------------------------------------------------------
+
+
+def test_limit_patterns_follow_ansible_semantics():
+    nodes = [
+        node("ctl", "kiln_controllers"),
+        node("gpu01", "kiln_compute", "rack_a"),
+        node("gpu02", "kiln_compute", "rack_a"),
+        node("gpu03", "kiln_compute", "rack_b"),
+    ]
+    assert select_hosts(nodes, None) == ["ctl", "gpu01", "gpu02", "gpu03"]
+    assert select_hosts(nodes, "rack_a") == ["gpu01", "gpu02"]
+    assert select_hosts(nodes, "kiln_compute:!gpu02") == ["gpu01", "gpu03"]
+    assert select_hosts(nodes, "gpu0*,&rack_b") == ["gpu03"]
+    assert select_hosts(nodes, "~gpu0[12]") == ["gpu01", "gpu02"]
+    assert select_hosts(nodes, "!ctl") == ["gpu01", "gpu02", "gpu03"]
+
+
+def test_batch_sizes():
+    assert provision.normalize_batch_size(25) == "25"
+    assert provision.normalize_batch_size("25%") == "25%"
+    for bad in ("0", "0%", "101%", "-1", "abc", "25 percent"):
+        with pytest.raises(InvalidInputError):
+            provision.normalize_batch_size(bad)
+    assert provision.batch_count(10, "25%") == 5  # ansible: int(10 * 0.25) = 2 per batch
+    assert provision.batch_count(10, "100%") == 1
+    assert provision.batch_count(10, "3") == 4
+
+
+def test_stage_selection_keeps_canonical_order(tmp_path):
+    for stage in STAGES[:3]:
+        (tmp_path / stage.playbook).write_text("---\n")
+    assert [s.name for s in select_stages("nvidia,preflight", tmp_path)] == ["preflight", "nvidia"]
+    with pytest.raises(InvalidInputError, match="not available"):
+        select_stages("slurm", tmp_path)
+    with pytest.raises(InvalidInputError, match="unknown"):
+        select_stages("bsae", tmp_path)
+
+
+def test_state_dir_follows_kiln_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_HOME", str(tmp_path / "home"))
+    assert records.state_dir() == tmp_path / "home"
+    monkeypatch.delenv("KILN_HOME")
+    monkeypatch.chdir(tmp_path)
+    assert records.state_dir() == tmp_path / ".kiln"
+
+
+# --- a real run over the local connection ------------------------------------------------------
+
+
+def local_inventory(path: Path, names: list[str], fail: tuple[str, ...] = ()) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    hosts = {
+        name: {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "smoke_dir": str(path.parent / "markers"),
+            "smoke_fail": name in fail,
+        }
+        for name in names
+    }
+    (path / "hosts.yml").write_text(json.dumps({"kiln_compute": {"hosts": hosts}}))
+    (path.parent / "markers").mkdir(exist_ok=True)
+    return path
+
+
+def test_real_local_run_flows_events_and_stats_end_to_end(tmp_path):
+    names = ["n1", "n2", "n3"]
+    inventory = local_inventory(tmp_path / "inv", names)
+    state = tmp_path / "state"
+    stages = [Stage("preflight", str(SMOKE), "")]
+    updates = []
+
+    class Listener:
+        def stage_started(self, stage, hosts, batches):
+            updates.append(("start", stage.name, tuple(hosts), batches))
+
+        def progress(self, state):
+            updates.append(("progress", state.task))
+
+        def stage_finished(self, stage, result):
+            updates.append(("done", result["status"]))
+
+    first = provision.provision(
+        cluster(inventory, names),
+        provision.ProvisionOptions(stages),
+        listener=Listener(),
+        state=state,
+    )
+    assert first["exit_code"] == 0, first
+    assert first["changed"] == 3  # the marker file, once per host
+    assert {h: s["preflight"] for h, s in first["hosts"].items()} == dict.fromkeys(names, "changed")
+    assert updates[0] == ("start", "preflight", tuple(names), 1)
+    assert ("progress", "Write a marker file") in updates
+    record = Path(first["record"])
+    assert json.loads((record / "facts.json").read_text()) == {n: {"marker": n} for n in names}
+    assert (record / "events.jsonl").stat().st_size > 0
+    assert not list(record.glob("preflight/artifacts/*/job_events/*.json"))  # compact
+
+    second = provision.provision(
+        cluster(inventory, names), provision.ProvisionOptions(stages), state=state
+    )
+    assert second["exit_code"] == 0 and second["changed"] == 0
+
+
+def test_real_local_run_stops_at_the_failure_threshold(tmp_path):
+    names = ["n1", "n2", "n3", "n4"]
+    inventory = local_inventory(tmp_path / "inv", names, fail=("n1",))
+    summary = provision.provision(
+        cluster(inventory, names, batch_size=2, max_fail=0),
+        provision.ProvisionOptions([Stage("preflight", str(SMOKE), "")]),
+        state=tmp_path / "state",
+    )
+    stage = summary["stages"][0]
+    assert summary["exit_code"] == 1
+    assert stage["stopped_by_failure_threshold"] is True
+    assert stage["hosts"]["n1"]["message"] == "n1 was asked to fail"
+    assert stage["hosts"]["n3"]["status"] == "not_run"
+    assert stage["hosts"]["n4"]["status"] == "not_run"
+    assert summary["failed_hosts"] == ["n1"]
+    assert not (tmp_path / "markers" / "n3").exists()
+
+
+# --- the command layer -------------------------------------------------------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "example-h100"
+
+
+def run_cli(argv: list[str]) -> int:
+    from kiln.app import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    return exited.value.code
+
+
+def test_provision_without_tty_or_yes_refuses_and_touches_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KILN_HOME", str(tmp_path / "state"))
+    assert run_cli(["provision", str(EXAMPLE)]) == ExitCode.INVALID_INPUT
+    assert "--yes" in capsys.readouterr().err
+    assert not (tmp_path / "state").exists()
+
+
+def test_provision_of_a_bad_inventory_exits_2_before_anything(tmp_path, monkeypatch, fake_runner):
+    monkeypatch.setenv("KILN_HOME", str(tmp_path / "state"))
+    bad = FIXTURES / "bad-inventories" / "duplicate-address"
+    assert run_cli(["provision", str(bad), "--yes"]) == ExitCode.INVALID_INPUT
+    assert fake_runner.started == []
+    assert not (tmp_path / "state").exists()
+
+
+def test_unlock_needs_force_and_the_lock_id(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_HOME", str(tmp_path / "state"))
+    _write_lock(EXAMPLE, tmp_path / "state", host="elsewhere")
+    assert run_cli(["unlock", str(EXAMPLE)]) == ExitCode.INVALID_INPUT
+    assert run_cli(["unlock", str(EXAMPLE), "--force", "--lock-id", "dead0001"]) == 0
+    assert lock.read_lock(EXAMPLE, tmp_path / "state") is None
+
+
+def test_plain_progress_lines_when_stderr_is_not_a_tty(tmp_path, inventory, fake_runner, capsys):
+    from kiln.commands.provision import LiveDisplay
+
+    fake_runner.script.update(
+        events=[
+            ev("playbook_on_play_start", 1),
+            ev("playbook_on_task_start", 2, task="Install"),
+            ev("runner_on_failed", 3, host="n1", task="Install", res={"msg": "no such package"}),
+            stats(failures={"n1": 1}),
+        ],
+        status="failed",
+        rc=2,
+    )
+    with LiveDisplay() as display:
+        assert display.rich is False
+        provision.provision(
+            cluster(inventory, ["n1"]),
+            provision.ProvisionOptions([Stage("base", str(SMOKE), "")]),
+            listener=display,
+            state=tmp_path / "state",
+        )
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "base: 1 host(s) in 1 batch(es)",
+        "base: task Install",
+        "base: n1 failed: no such package",
+        "base: failed (1 failed)",
+    ]
