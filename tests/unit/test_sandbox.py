@@ -102,7 +102,7 @@ def test_run_command_boots_systemd_with_the_flags_that_work_without_privileged()
         "--hostname", "kiln-node01",
         "--network", "kiln-sandbox",
         "--ip", "172.31.250.11",
-        "--label", "kiln.sandbox=1",
+        "--label", "kiln.sandbox=kiln",
         "--label", "kiln.sandbox.role=compute",
         "--cap-add", "SYS_ADMIN",
         "--security-opt", "seccomp=unconfined",
@@ -121,7 +121,7 @@ def test_network_has_the_fixed_subnet_and_label() -> None:
     assert cluster.network_create_command() == [
         "network", "create", "--driver", "bridge",
         "--subnet", "172.31.250.0/24", "--gateway", "172.31.250.1",
-        "--label", "kiln.sandbox=1", "kiln-sandbox",
+        "--label", "kiln.sandbox=kiln", "kiln-sandbox",
     ]  # fmt: skip
 
 

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 
 from kiln.errors import OperationFailed
-from kiln.sandbox.config import GATEWAY, LABEL, NETWORK, ROLE_LABEL, SUBNET, Node
+from kiln.sandbox.config import GATEWAY, INSTANCE, LABEL, NETWORK, ROLE_LABEL, SUBNET, Node
 from kiln.sandbox.docker import docker
 
 SYSTEMD_FLAGS = (
@@ -42,7 +42,7 @@ def network_create_command() -> list[str]:
         "--driver", "bridge",
         "--subnet", SUBNET,
         "--gateway", GATEWAY,
-        "--label", f"{LABEL}=1",
+        "--label", f"{LABEL}={INSTANCE}",
         NETWORK,
     ]  # fmt: skip
 
@@ -55,7 +55,7 @@ def run_command(node: Node, image: str) -> list[str]:
         "--hostname", node.name,
         "--network", NETWORK,
         "--ip", node.address,
-        "--label", f"{LABEL}=1",
+        "--label", f"{LABEL}={INSTANCE}",
         "--label", f"{ROLE_LABEL}={node.role}",
         *SYSTEMD_FLAGS,
         "--stop-signal", "SIGRTMIN+3",
@@ -82,7 +82,7 @@ def remove_network() -> bool:
 
 def containers() -> list[ContainerState]:
     """Every container labelled as part of the sandbox, sorted by name."""
-    ids = docker(["ps", "--all", "--quiet", "--filter", f"label={LABEL}"]).stdout.split()
+    ids = docker(["ps", "--all", "--quiet", "--filter", f"label={LABEL}={INSTANCE}"]).stdout.split()
     if not ids:
         return []
     found = []

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-NETWORK = "kiln-sandbox"
-SUBNET = "172.31.250.0/24"
-GATEWAY = "172.31.250.1"
-CONTROLLER = "kiln-ctl"
+# One sandbox per instance name: KILN_SANDBOX=kb gives kb-ctl, kb-node01, ... on their own
+# network, so a second sandbox can run beside the default `kiln` one.
+INSTANCE = os.environ.get("KILN_SANDBOX", "kiln").strip() or "kiln"
+_THIRD_OCTET = 250 if INSTANCE == "kiln" else 200 + zlib.crc32(INSTANCE.encode()) % 50
+NETWORK = f"{INSTANCE}-sandbox"
+SUBNET = f"172.31.{_THIRD_OCTET}.0/24"
+GATEWAY = f"172.31.{_THIRD_OCTET}.1"
+CONTROLLER = f"{INSTANCE}-ctl"
 CONTROLLER_HOST_OCTET = 10
 LABEL = "kiln.sandbox"  # on the network and every container: how kiln finds them
 ROLE_LABEL = "kiln.sandbox.role"
@@ -22,7 +27,7 @@ DEFAULT_STATE_DIR = "~/.kiln"
 
 def node_name(index: int) -> str:
     """The compute node name for 1-based `index`: kiln-node01, kiln-node02, ..."""
-    return f"kiln-node{index:02d}"
+    return f"{INSTANCE}-node{index:02d}"
 
 
 def address(octet: int) -> str:
