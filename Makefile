@@ -5,14 +5,23 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# molecule calls ansible-* by name; kiln's own venv comes first.
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export PYTHONUNBUFFERED := 1
 
-.PHONY: help deps lint test test-unit test-integration test-molecule docker demo bench gpu-check clean
+MOLECULE_SCENARIOS := $(notdir $(wildcard molecule/*))
+# Debian packages the tests use beyond Docker: sshd for the SSH fan-out tests, chromium to
+# render the HTML burn-in report.
+SYSTEM_PACKAGES := openssh-server openssh-client chromium
+
+.PHONY: help deps system-deps lint test test-unit test-integration test-molecule docker sandbox \
+	sandbox-down demo bench gpu-check clean
 
 help:
-	@echo "make demo        bring up the Docker sandbox cluster and provision it with kiln"
+	@echo "make demo        bring up the Docker sandbox cluster, provision it and burn it in"
 	@echo "make test        lint, unit tests, then the Docker tier (what CI runs)"
-	@echo "make test-unit   lint-free fast loop: unit tests only (no Docker, no Ansible runs)"
-	@echo "make bench       benchmarks: inventory scale, engine overhead"
+	@echo "make test-unit   the fast loop: unit tests only (no Docker, no Ansible runs)"
+	@echo "make bench       benchmarks: inventory scale, engine overhead, exec fan-out, judging"
 	@echo "make gpu-check   checks that need an NVIDIA GPU (skipped without one)"
 
 # The virtual environment, reinstalled when pyproject.toml changes.
@@ -24,24 +33,42 @@ $(STAMP): pyproject.toml
 
 deps: $(STAMP)
 
-lint: deps
-	$(BIN)/ruff check cli tests bench
-	$(BIN)/ruff format --check cli tests bench
-	$(BIN)/yamllint -s .
-	if [ -d playbooks/roles ] && ls playbooks/*.yml >/dev/null 2>&1; then \
-	  cd playbooks && ../$(BIN)/ansible-lint --profile production; fi
+# Installs what is missing when root on Debian; elsewhere the tests that need them skip and say so.
+system-deps:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	elif [ -n "$$missing" ]; then echo "not installed (tests that need them will skip):$$missing"; fi
 
-test-unit: deps
-	$(BIN)/pytest -q tests/unit
+lint: deps
+	$(BIN)/ruff check cli tests bench playbooks
+	$(BIN)/ruff format --check cli tests bench playbooks
+	$(BIN)/yamllint -s .
+	cd playbooks && ../$(BIN)/ansible-lint --profile production
+
+test-unit: deps system-deps
+	$(BIN)/pytest -q -m "not integration and not gpu" tests/unit
 
 # Docker from Debian's packages and a running dockerd (root on Debian), or exit 3 saying how.
 docker:
 	bash scripts/ensure-docker.sh
 
-test-integration: deps docker
+sandbox: deps docker
+	$(BIN)/kiln sandbox up --nodes 2
+
+sandbox-down: deps
+	$(BIN)/kiln sandbox down
+
+# One shared sandbox for every integration test (a session fixture brings it up once).
+test-integration: deps system-deps docker
 	$(BIN)/pytest -q -m integration tests/integration
 
-test: lint test-unit test-integration
+# Container scenarios from the sandbox node image (the integration tier builds it).
+test-molecule: deps docker
+	$(BIN)/kiln sandbox up --nodes 2 >/dev/null
+	for scenario in $(MOLECULE_SCENARIOS); do $(BIN)/molecule test -s $$scenario; done
+
+test: lint test-unit test-integration test-molecule
 
 demo: deps docker
 	$(BIN)/kiln sandbox up --nodes 2
@@ -49,6 +76,9 @@ demo: deps docker
 
 bench: deps
 	$(BIN)/python bench/inventory_scale.py
+	$(BIN)/python bench/judge_scale.py
+	$(BIN)/python bench/engine_overhead.py --hosts 50 200
+	$(BIN)/python bench/exec_fanout.py --plain-user
 
 gpu-check: deps
 	$(BIN)/pytest -q -m gpu tests

@@ -62,9 +62,25 @@ def _register() -> None:
 
     app.command("report")(report.report)
 
+    from kiln.commands import burnin
+
+    app.command("burnin")(burnin.burnin)
+
     from kiln.commands import exec_
 
     app.command("exec")(exec_.exec_)
+
+    from kiln.commands import drain, inspect, resume, slurm, status
+
+    app.command("drain")(drain.drain)
+    app.command("resume")(resume.resume)
+    app.command("inspect")(inspect.inspect)
+    app.command("status")(status.status)
+    app.add_typer(slurm.app, name="slurm")
+
+    from kiln.commands import fabric
+
+    app.add_typer(fabric.app, name="fabric")
 
 
 _register()

@@ -7,6 +7,7 @@ Docker is not available.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -55,3 +56,26 @@ def sandbox() -> Sandbox:
         nodes=config.nodes(SANDBOX_NODES),
         up_stdout=proc.stdout,
     )
+
+
+@dataclass(frozen=True)
+class Provisioned:
+    inventory: Path
+    state: Path
+    summary: dict
+
+
+@pytest.fixture(scope="session")
+def provisioned_sandbox(sandbox, tmp_path_factory) -> Provisioned:
+    """The sandbox after one full `kiln provision` (every stage): a working Slurm cluster."""
+    state = tmp_path_factory.mktemp("kiln-provisioned")
+    proc = subprocess.run(
+        [str(VENV_BIN / "kiln"), "provision", str(sandbox.inventory), "--yes", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+        env={**os.environ, "KILN_HOME": str(state)},
+    )
+    assert proc.returncode == 0, f"kiln provision failed:\n{proc.stderr[-4000:]}"
+    return Provisioned(inventory=sandbox.inventory, state=state, summary=json.loads(proc.stdout))

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,71 @@ def test_held_lock_refuses_a_second_provision(converged, sandbox, state):
     assert proc.returncode == 3, proc.stderr
     assert f"pid {os.getpid()}" in proc.stderr
     assert held.info is None  # released on leaving the block
+
+
+def _wait_for_ssh(sandbox, name: str, timeout: float = 120) -> None:
+    node = next(n for n in sandbox.nodes if n.name == name)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        probe = subprocess.run(
+            [
+                "ssh",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "StrictHostKeyChecking=yes",
+                "-o",
+                f"UserKnownHostsFile={sandbox.known_hosts}",
+                "-i",
+                str(sandbox.private_key),
+                "-o",
+                "ConnectTimeout=3",
+                f"root@{node.address}",
+                "true",
+            ],
+            capture_output=True,
+            check=False,
+        )
+        if probe.returncode == 0:
+            return
+        time.sleep(2)
+    raise AssertionError(f"{name} did not answer over SSH within {timeout} s")
+
+
+def test_node_stopped_mid_run_is_unreachable_and_retry_failed_converges_it(
+    converged, sandbox, state
+):
+    victim = sandbox.nodes[-1].name
+    runs_before = set((state / "runs").iterdir())
+    proc = subprocess.Popen(
+        [KILN, "provision", str(sandbox.inventory), "--stages", STAGES, "--yes", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "KILN_HOME": str(state)},
+    )
+    try:
+        # Stop the node once the run is under way (its first events are on disk).
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            new = set((state / "runs").iterdir()) - runs_before
+            events = [run / "events.jsonl" for run in new]
+            if any(e.is_file() and e.stat().st_size > 0 for e in events):
+                break
+            time.sleep(0.5)
+        subprocess.run(["docker", "stop", "-t", "2", victim], check=True, capture_output=True)
+        stdout, stderr = proc.communicate(timeout=1800)
+    finally:
+        subprocess.run(["docker", "start", victim], check=True, capture_output=True)
+    summary = json.loads(stdout)
+    assert proc.returncode == 1, stderr[-3000:]
+    assert summary["unreachable_hosts"] == [victim]
+    others = [n.name for n in sandbox.nodes if n.name != victim]
+    for host in others:
+        assert set(summary["hosts"][host].values()) <= {"ok", "changed"}, summary["hosts"][host]
+
+    _wait_for_ssh(sandbox, victim)
+    code, retry = provision_json(sandbox.inventory, state, "--retry-failed")
+    assert code == 0, retry.get("_stderr")
+    assert retry["targets"] == [victim]
+    assert set(retry["hosts"]) == {victim}

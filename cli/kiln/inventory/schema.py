@@ -10,7 +10,9 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+import ipaddress
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # Values that reach a shell command or a config file line: no spaces, quotes or
 # metacharacters (; | & $ ` ( ) < > \ * ? and newlines).
@@ -108,6 +110,43 @@ class SlurmSpec(StrictModel):
     )
 
 
+class IpoibRailSpec(StrictModel):
+    network: str = Field(description="the rail's IPoIB network, e.g. 10.100.0.0/16")
+    mtu: int | None = Field(None, gt=0, description="MTU; unset keeps the driver's")
+
+    @field_validator("network")
+    @classmethod
+    def _network(cls, value: str) -> str:
+        try:
+            ipaddress.ip_network(value, strict=True)
+        except ValueError as error:
+            raise ValueError(f"must be a network such as 10.100.0.0/16 ({error})") from None
+        return value
+
+
+class IbSpec(StrictModel):
+    subnet_manager: Literal["opensm", "external"] = Field(
+        "external", description="opensm on opensm_hosts, or a managed SM (UFM, switch)"
+    )
+    opensm_hosts: list[str] = Field(
+        default_factory=list, description="hosts running opensm; the first is the master"
+    )
+    link_rate_gbps: int | None = Field(
+        400, gt=0, description="rate every declared HCA port must run at; null: not checked"
+    )
+    ipoib: list[IpoibRailSpec] = Field(
+        default_factory=list, description="one IPoIB network per rail, in rail order"
+    )
+
+    @model_validator(mode="after")
+    def _sm_hosts(self) -> IbSpec:
+        if self.subnet_manager == "opensm" and not self.opensm_hosts:
+            raise ValueError("subnet_manager opensm needs opensm_hosts (at least one host)")
+        if self.subnet_manager == "external" and self.opensm_hosts:
+            raise ValueError("opensm_hosts is set but subnet_manager is external")
+        return self
+
+
 @dataclass(frozen=True, slots=True)
 class KeySpec:
     name: str
@@ -152,8 +191,17 @@ KEYS: dict[str, KeySpec] = {
             "kiln_ib_hcas",
             "host",
             "list[str]",
-            "InfiniBand HCAs, one per rail, in rail order (mlx5_0, ...)",
+            "InfiniBand HCAs, one per rail, in rail order: a name (mlx5_0), node GUID "
+            "(0x946dae0300cde72c) or PCI address (0000:1a:00.0)",
             "[] (no fabric)",
+            reaches_command=True,
+        ),
+        KeySpec(
+            "kiln_ib_ipoib_addresses",
+            "host",
+            "list[str]",
+            "IPoIB address/prefix per rail, overriding the ones derived from kiln_ib.ipoib",
+            "derived: the rail network plus the host part of the management address",
             reaches_command=True,
         ),
         KeySpec(
@@ -229,6 +277,14 @@ KEYS: dict[str, KeySpec] = {
             "Slurm options",
             "accounting off, cgroups on, new nodes quarantined",
             model=SlurmSpec,
+        ),
+        KeySpec(
+            "kiln_ib",
+            "cluster",
+            "IbSpec",
+            "InfiniBand fabric: subnet manager, link rate, IPoIB networks per rail",
+            "external subnet manager, NDR 400 links, no IPoIB",
+            model=IbSpec,
         ),
         KeySpec(
             "kiln_munge_key",

@@ -1,0 +1,214 @@
+"""The Slurm side of a burn-in, as text: job scripts and the scontrol/squeue commands.
+
+Pure functions (no SSH, no Slurm), so unit tests check the exact scripts and commands. Every
+job runs inside the run's reservation, `--exclusive`, with a hard `--time`, and writes its
+result on the node that runs it, under <results>/<run>/ (gemm/<node>.json,
+allreduce/<job>.json: the run record's layout), via a temporary name renamed on success, so
+a killed job leaves no half-written result. kiln fetches those folders over SSH afterwards.
+
+    node array   one task per node (--array, -N1): the GEMM on every device of the node, and
+                 on GPU nodes an all-reduce across the node's GPUs (NVLink, NCCL)
+    fabric       one job over all selected nodes: srun, one rank per GPU (or per CPU-only node,
+                 gloo), NCCL_ALGO=Ring (--ring) so the network itself is measured
+    pair         two nodes (-w a,b): the pairwise pass that localises a slow fabric result
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kiln.burnin.suites import Suite
+from kiln.render.hostlist import compress
+
+DEFAULT_PREFIX = "/opt/kiln/burnin"
+DEFAULT_RESULTS = "/var/lib/kiln/burnin"
+RESERVATION_PREFIX = "kiln-burnin-"
+
+
+@dataclass(frozen=True, slots=True)
+class Paths:
+    """Where the burnin role puts things on the nodes (passed to it as extra vars)."""
+
+    prefix: str = DEFAULT_PREFIX
+    results: str = DEFAULT_RESULTS
+
+    @property
+    def launcher(self) -> str:
+        return f"{self.prefix}/bin/kiln-burnin"
+
+    def run_dir(self, run_id: str) -> str:
+        return f"{self.results}/{run_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One sbatch submission: `name` is kiln's (the record's) name for it."""
+
+    name: str
+    script: str
+    nodes: tuple[str, ...]
+    allreduce_jobs: tuple[str, ...] = ()  # record names of the all-reduce results it writes
+
+
+def reservation_name(run_id: str) -> str:
+    return RESERVATION_PREFIX + run_id.replace(":", "").lower()
+
+
+def _header(
+    kind: str, run_id: str, reservation: str, minutes: int, paths: Paths, extra: Sequence[str]
+) -> list[str]:
+    log = "%A_%a" if kind == "node" else "%j"
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name=kiln-burnin-{kind}",
+        f"#SBATCH --reservation={reservation}",
+        f"#SBATCH --time={minutes}",
+        "#SBATCH --exclusive",
+        "#SBATCH --no-requeue",
+        f"#SBATCH --output={paths.results}/logs/{run_id}-{kind}-{log}.log",
+        *(f"#SBATCH {option}" for option in extra),
+        "set -uo pipefail",
+        f"out={shlex.quote(paths.run_dir(run_id))}",
+        'mkdir -p "$out/gemm" "$out/allreduce"',
+        'node="$SLURMD_NODENAME"',
+        "# save DEST CMD...: run CMD, keep its stdout as DEST only when it succeeds",
+        'save() { local dest="$1"; shift; "$@" > "$dest.tmp" && mv "$dest.tmp" "$dest"; }',
+        "rc=0",
+    ]
+    return lines
+
+
+def _gpu_options(gpus: int) -> list[str]:
+    return [f"--gres=gpu:{gpus}", f"--ntasks-per-node={gpus}"] if gpus else ["--ntasks-per-node=1"]
+
+
+def _allreduce_args(suite: Suite, gpus: int, minutes: int, ring: bool) -> str:
+    args = [f"--iters {suite.allreduce_iters}", f"--timeout {minutes * 60}"]
+    args.append("--backend nccl" if gpus else "--backend gloo")
+    if ring:
+        args.append("--ring")
+    return " ".join(args)
+
+
+def node_array(
+    run_id: str,
+    reservation: str,
+    suite: Suite,
+    nodes: Sequence[str],
+    *,
+    gpus: int,
+    exclude: Sequence[str] = (),
+    paths: Paths = Paths(),
+) -> JobSpec:
+    """One array task per node of a group with the same GPU count (`exclude`: the others)."""
+    extra = [f"--array=0-{len(nodes) - 1}", "--nodes=1", *_gpu_options(gpus)]
+    if exclude:
+        extra.append(f"--exclude={compress(exclude)}")
+    lines = _header("node", run_id, reservation, suite.time_limit_minutes, paths, extra)
+    seconds = f"{suite.gemm_seconds(bool(gpus)):g}"
+    lines.append(f'save "$out/gemm/$node.json" {paths.launcher} gemm --seconds {seconds} || rc=$?')
+    jobs: tuple[str, ...] = ()
+    if gpus > 1:
+        args = _allreduce_args(suite, gpus, suite.time_limit_minutes, ring=False)
+        lines.append(
+            f'save "$out/allreduce/node-$node.json" srun --kill-on-bad-exit=1 '
+            f"--ntasks-per-node={gpus} {paths.launcher} allreduce {args} || rc=$?"
+        )
+        jobs = tuple(f"node-{n}" for n in nodes)
+    lines.append("exit $rc")
+    return JobSpec(f"node-g{gpus}", "\n".join(lines) + "\n", tuple(nodes), jobs)
+
+
+def allreduce_job(
+    run_id: str,
+    reservation: str,
+    suite: Suite,
+    name: str,
+    nodes: Sequence[str],
+    *,
+    gpus: int,
+    paths: Paths = Paths(),
+) -> JobSpec:
+    """An all-reduce across `nodes` (exactly those), ring forced: fabric or pair jobs."""
+    minutes = suite.time_limit_minutes
+    extra = [f"--nodes={len(nodes)}", f"--nodelist={compress(nodes)}", *_gpu_options(gpus)]
+    lines = _header(name.split("-")[0], run_id, reservation, minutes, paths, extra)
+    args = _allreduce_args(suite, gpus, minutes, ring=True)
+    lines.append(
+        f'save "$out/allreduce/{name}.json" srun --kill-on-bad-exit=1 '
+        f"{paths.launcher} allreduce {args} || rc=$?"
+    )
+    lines.append("exit $rc")
+    return JobSpec(name, "\n".join(lines) + "\n", tuple(nodes), (name,))
+
+
+def pair_name(round_: int, a: str, b: str) -> str:
+    return f"pair-r{round_}-{a}--{b}"
+
+
+# --- commands run on the controller -------------------------------------------------------
+
+
+def sbatch(script: str) -> str:
+    """Submit a script from a here-document; prints the job id (--parsable)."""
+    marker = "KILN_BURNIN_JOB"
+    while marker in script:
+        marker += "_"
+    return f"sbatch --parsable <<'{marker}'\n{script}{marker}\n"
+
+
+def create_reservation(name: str, nodes: Sequence[str], minutes: int) -> str:
+    return (
+        f"scontrol create reservation reservationname={name} starttime=now "
+        f"duration={minutes} users=root flags=maint,ignore_jobs nodes={compress(nodes)}"
+    )
+
+
+def delete_reservation(name: str) -> str:
+    return f"scontrol delete reservationname={name}"
+
+
+def show_nodes(nodes: Sequence[str]) -> str:
+    return f"scontrol show node {compress(nodes)}"
+
+
+def drain(node: str, reason: str) -> str:
+    return f"scontrol update nodename={node} state=drain reason={shlex.quote(reason)}"
+
+
+def resume(node: str) -> str:
+    return f"scontrol update nodename={node} state=resume"
+
+
+def squeue(job_ids: Sequence[str]) -> str:
+    """Jobs still known to slurmctld, one `id|state|reason` line per job (array tasks too)."""
+    return f"squeue --noheader --array --jobs={','.join(job_ids)} --format='%i|%T|%r'"
+
+
+def scancel(job_ids: Sequence[str]) -> str:
+    return f"scancel {' '.join(job_ids)}"
+
+
+def fetch(paths: Paths, run_id: str) -> str:
+    """On a node: print this run's results and logs as one JSON object, then remove them."""
+    program = (
+        "import json,os,sys,glob\n"
+        "root,run,logs=sys.argv[1],sys.argv[2],sys.argv[3]\n"
+        "files={}\n"
+        "for base,dirs,names in os.walk(os.path.join(root,run)):\n"
+        " for n in names:\n"
+        "  if n.endswith('.tmp'): continue\n"
+        "  p=os.path.join(base,n)\n"
+        "  files[os.path.relpath(p,os.path.join(root,run))]=open(p,errors='replace').read()\n"
+        "for p in glob.glob(os.path.join(logs,run+'-*.log')):\n"
+        " files['logs/'+os.path.basename(p)]=open(p,errors='replace').read()[-65536:]\n"
+        "json.dump(files,sys.stdout)\n"
+    )
+    run_dir = paths.run_dir(run_id)
+    logs = f"{paths.results}/logs"
+    return (
+        f"python3 -c {shlex.quote(program)} {shlex.quote(paths.results)} {shlex.quote(run_id)} "
+        f"{shlex.quote(logs)} && rm -rf {shlex.quote(run_dir)} {shlex.quote(logs)}/{run_id}-*.log"
+    )

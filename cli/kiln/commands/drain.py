@@ -1,0 +1,74 @@
+"""`kiln drain INVENTORY NODES --reason TEXT`: take nodes out of scheduling through scontrol."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from kiln.console import err, out, print_json
+from kiln.errors import ExitCode
+from kiln.fleet import select_nodes
+from kiln.inventory import require_valid
+from kiln.slurmctl import OpResult
+from kiln.slurmctl import drain as drain_nodes
+from kiln.slurmctl.commands import REASON_TEXT_MAX
+
+NODES_HELP = "Hosts, groups, hostlists (gpu[001-040]), globs, !exclusions, comma-separated."
+ACTION_STYLE = {"refused": "bold red", "failed": "bold red", "unknown": "yellow", "kept": "yellow"}
+
+
+def render(result: OpResult, inventory: Path, json_: bool) -> int:
+    """Print an OpResult (shared with `kiln resume`); the exit code: 0 all ok, 1 otherwise."""
+    if json_:
+        print_json(result.operation, {"inventory": str(inventory.resolve()), **result.to_dict()})
+    else:
+        table = Table(
+            title=f"kiln {result.operation} via {result.controller}", title_justify="left"
+        )
+        for column in ("node", "before", "after", "action", "detail"):
+            table.add_column(column)
+        for change in result.nodes:
+            style = ACTION_STYLE.get(change.action, "green" if change.ok else "bold red")
+            table.add_row(
+                change.name,
+                change.before.state if change.before else "-",
+                change.after.state if change.after else "-",
+                f"[{style}]{change.action}[/]",
+                change.message,
+            )
+        out.print(table)
+    counts = ", ".join(f"{n} {action}" for action, n in sorted(result.counts().items()))
+    err.print(
+        f"{result.operation}: {counts}" + (f"; reason {result.reason!r}" if result.reason else "")
+    )
+    return int(ExitCode.OK if result.ok else ExitCode.FAILED)
+
+
+def drain(
+    inventory: Annotated[Path, typer.Argument(help="The inventory directory.")],
+    nodes: Annotated[str, typer.Argument(help=NODES_HELP, show_default=False)],
+    reason: Annotated[
+        str,
+        typer.Option(
+            "--reason",
+            "-r",
+            show_default=False,
+            help=f"Why (one line, at most {REASON_TEXT_MAX} characters); stored as "
+            "`kiln: TEXT (by USER)`.",
+        ),
+    ],  # fmt: skip
+    json_: Annotated[bool, typer.Option("--json", help="Per-node results as JSON.")] = False,
+) -> int:
+    """Drain nodes in Slurm with a `kiln:` reason; running jobs finish first (state draining).
+
+    A node someone else drained keeps that person's reason. Exit 0 when every selected node is
+    drained or draining; 1 when a node is unknown to Slurm or the update failed; 2 on invalid
+    input (bad reason, selector matching nothing): nothing was touched.
+    """
+    cluster = require_valid(inventory)
+    selected = select_nodes(cluster, nodes)
+    result = drain_nodes(cluster, selected, reason)
+    return render(result, inventory, json_)

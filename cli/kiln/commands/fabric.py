@@ -1,0 +1,86 @@
+"""`kiln fabric topology INVENTORY`: Slurm topology.conf from the fabric ibnetdiscover sees."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kiln.console import err, print_json
+from kiln.errors import ExitCode
+from kiln.fabric.gather import fabric_topology, gather_ibnetdiscover, gather_node, read_source
+from kiln.inventory import require_valid
+
+app = typer.Typer(help="The InfiniBand fabric: topology.conf from what the fabric reports.")
+
+
+@app.command("topology")
+def topology(
+    inventory: Annotated[Path, typer.Argument(help="The inventory directory.")],
+    from_: Annotated[
+        Path | None,
+        typer.Option(
+            "--from",
+            help="ibnetdiscover output to read ('-': stdin). "
+            "Default: run ibnetdiscover on a node over SSH.",
+        ),
+    ] = None,  # fmt: skip
+    node: Annotated[
+        str | None,
+        typer.Option(
+            "--node",
+            help="The node to run ibnetdiscover on (default: the first "
+            "opensm host, else the first node declaring HCAs).",
+        ),
+    ] = None,  # fmt: skip
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write topology.conf here instead of stdout."),
+    ] = None,
+    strict: Annotated[
+        bool,
+        typer.Option("--strict", help="Exit 1 when the fabric and the inventory disagree."),
+    ] = False,
+    json_: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+) -> int:
+    """Write Slurm topology.conf (leaf and upper switches, any depth) from ibnetdiscover output
+    and show where the fabric disagrees with the racks and leaf switches the inventory declares.
+
+    Exit 0 on success (1 with --strict when they disagree); 2 on an invalid inventory or
+    unreadable input.
+    """
+    cluster = require_valid(inventory)
+    if from_ is None:
+        target = gather_node(cluster, node)
+        err.print(f"running ibnetdiscover on {target.name} ...")
+        text, source = gather_ibnetdiscover(target), f"ibnetdiscover on {target.name}"
+    elif str(from_) == "-":
+        text, source = sys.stdin.read(), "ibnetdiscover output on stdin"
+    else:
+        text, source = read_source(from_), from_.name
+    result = fabric_topology(cluster, text, source)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(result.conf)
+        err.print(f"wrote {output}")
+    if json_:
+        print_json("fabric topology", result.to_dict())
+    elif output is None:
+        sys.stdout.write(result.conf)
+    leaves = len(result.topology.leaves())
+    hosts = len(result.topology.hosts)
+    err.print(f"{result.topology.levels} levels, {leaves} leaves, {hosts} inventory hosts placed")
+    for line in result.degraded_links:
+        err.print(f"[yellow]degraded link:[/] {line}")
+    if result.unnamed_cas:
+        err.print(
+            f"[yellow]{len(result.unnamed_cas)} CA(s) show no host name[/] (node description "
+            "unset; rdma-ndd sets it): " + ", ".join(result.unnamed_cas[:8])
+        )
+    for item in result.disagreements:
+        err.print(f"[yellow]disagrees:[/] {item.message}")
+    if not result.disagreements:
+        err.print("the fabric agrees with the inventory")
+    return int(ExitCode.FAILED if strict and result.disagreements else ExitCode.OK)

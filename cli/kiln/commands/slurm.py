@@ -1,0 +1,48 @@
+"""`kiln slurm ...`: Slurm maintenance; `rotate-munge-key` makes and distributes a new key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kiln.commands.provision import LiveDisplay, _confirm, render_summary
+from kiln.console import err, print_json
+from kiln.inventory import require_valid
+from kiln.runner.stages import select_stages
+
+app = typer.Typer(help="Slurm maintenance on a provisioned cluster.", no_args_is_help=True)
+
+
+@app.command("rotate-munge-key")
+def rotate_munge_key(
+    inventory: Annotated[Path, typer.Argument(help="The inventory directory.")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    json_: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> int:
+    """Make a new munge key on the controller, install it on every node and restart munge.
+
+    Runs the slurm stage with munge_rotate_key; its cross-node check proves that a credential
+    made on the controller decodes on every node. Jobs being launched during the restart may
+    fail to authenticate: rotate in a quiet moment. Asks first unless --yes (no terminal: pass
+    --yes). Exit 0 rotated and proven everywhere; 1 a node failed (named); 2 invalid input.
+    """
+    from kiln.slurmctl import rotate_munge_key as rotate
+
+    cluster = require_valid(inventory)
+    _confirm(cluster, select_stages("slurm"), yes, check=False)
+    with LiveDisplay() as display:
+        summary = rotate(cluster, listener=display)
+    if json_:
+        print_json("slurm-rotate-munge-key", summary)
+    else:
+        render_summary(summary)
+    if summary["rotated"]:
+        err.print(f"munge key rotated on {len(summary['hosts'])} host(s); a controller "
+                  "credential decodes on every node")  # fmt: skip
+    else:
+        bad = summary["failed_hosts"] + summary["unreachable_hosts"]
+        err.print(f"[bold red]munge key rotation incomplete[/]: {', '.join(bad) or 'stopped'}; "
+                  "re-run `kiln slurm rotate-munge-key` once they are fixed")  # fmt: skip
+    return summary["exit_code"]

@@ -1,0 +1,183 @@
+"""Slurm topology.conf from the fabric as ibnetdiscover saw it, and where the inventory differs.
+
+A host has one CA per rail, and on a rail-optimised fabric each rail hangs off its own leaf, so
+the same host is cabled to several leaves. Slurm's tree plugin wants each node under one leaf:
+a host goes under the leaf of its rail-0 HCA (the first name in its kiln_ib_hcas, matched
+against the CA's node description "host mlx5_0"); a host the inventory does not describe goes
+under the leaf of its CA whose description sorts first. Leaves left without hosts are dropped,
+and so are the switches above that then have no children. Every upper switch lists the
+switches one level below it that it is cabled to: a fat tree gives a leaf several parents,
+which Slurm accepts (any two leaves then share an ancestor).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kiln.inventory import Cluster
+from kiln.parsers.ibnetdiscover import IbFabric, IbNode
+from kiln.render import MANAGED_HEADER, environment
+
+_TEMPLATE = Path(__file__).with_name("topology.conf.j2")
+
+
+@dataclass(frozen=True, slots=True)
+class Switch:
+    name: str
+    level: int  # 0: leaf (holds nodes); 1: the switches above the leaves; ...
+    guid: str
+    nodes: tuple[str, ...] = ()  # leaves only
+    switches: tuple[str, ...] = ()  # upper levels only
+
+
+@dataclass
+class FabricTopology:
+    switches: list[Switch]  # leaves first, then each level up, names sorted within a level
+    unnamed_cas: list[str] = field(default_factory=list)  # GUIDs of CAs with no host name
+    hosts: dict[str, str] = field(default_factory=dict)  # host -> its leaf (as placed)
+
+    @property
+    def levels(self) -> int:
+        return 1 + max((s.level for s in self.switches), default=-1)
+
+    def leaves(self) -> list[Switch]:
+        return [s for s in self.switches if s.level == 0]
+
+
+def _hca_of(ca: IbNode) -> str | None:
+    parts = (ca.description or "").split()
+    return parts[1] if len(parts) > 1 else None
+
+
+def _unique_names(fabric: IbFabric, guids: list[str]) -> dict[str, str]:
+    """GUID -> a name for topology.conf; a name two switches share gets the GUID appended."""
+    names = {guid: fabric.nodes[guid].short_name for guid in guids}
+    counts: dict[str, int] = defaultdict(int)
+    for name in names.values():
+        counts[name] += 1
+    return {g: n if counts[n] == 1 else f"{n}-{g}" for g, n in names.items()}
+
+
+def build_topology(
+    fabric: IbFabric,
+    rail0: dict[str, str] | None = None,
+    only_hosts: set[str] | None = None,
+) -> FabricTopology:
+    """The tree Slurm needs. `rail0` maps host -> its rail-0 HCA name (from the inventory);
+    `only_hosts`, when given, keeps other hosts out (slurmctld refuses unknown node names)."""
+    rail0 = rail0 or {}
+    levels = fabric.switch_levels()
+    names = _unique_names(fabric, sorted(levels))
+    candidates: dict[str, list[tuple]] = defaultdict(list)  # host -> [(desc, leaf, hca)]
+    unnamed: list[str] = []
+    for leaf_guid in (g for g, level in levels.items() if level == 0):
+        for ca in fabric.hosts_on(leaf_guid):
+            if ca.hostname is None:
+                unnamed.append(ca.guid)
+            elif only_hosts is None or ca.hostname in only_hosts:
+                candidates[ca.hostname].append((ca.description or "", leaf_guid, _hca_of(ca)))
+    placed: dict[str, str] = {}  # host -> leaf GUID
+    for host, seen in candidates.items():
+        wanted = rail0.get(host)
+        chosen = next((leaf for _, leaf, hca in seen if wanted and hca == wanted), None)
+        placed[host] = chosen or min(seen)[1]
+    children: dict[str, set[str]] = defaultdict(set)
+    for host, leaf in placed.items():
+        children[leaf].add(host)
+    switches: list[Switch] = [
+        Switch(names[g], 0, g, nodes=tuple(sorted(hosts))) for g, hosts in children.items()
+    ]
+    kept = set(children)
+    for level in range(1, max(levels.values(), default=0) + 1):
+        below: dict[str, set[str]] = defaultdict(set)
+        for guid in (g for g, lv in levels.items() if lv == level):
+            for peer in fabric.neighbors(guid):
+                if peer.guid in kept and levels.get(peer.guid) == level - 1:
+                    below[guid].add(names[peer.guid])
+        switches += [
+            Switch(names[g], level, g, switches=tuple(sorted(s))) for g, s in below.items()
+        ]
+        kept = set(below)
+    switches.sort(key=lambda s: (s.level, s.name))
+    hosts = {host: names[leaf] for host, leaf in sorted(placed.items())}
+    return FabricTopology(switches, sorted(set(unnamed)), hosts)
+
+
+def render_topology_conf(topology: FabricTopology, cluster_name: str, source: str) -> str:
+    template = environment().from_string(_TEMPLATE.read_text())
+    return template.render(
+        ansible_managed=MANAGED_HEADER,
+        cluster_name=cluster_name,
+        source=source,
+        levels=topology.levels,
+        switches=topology.switches,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Disagreement:
+    kind: str  # missing-from-fabric, not-in-inventory, leaf-differs, leaf-split, leaf-mixed
+    subject: str  # a host, or a switch name
+    message: str
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "subject": self.subject, "message": self.message}
+
+
+def _short(items: set[str] | list[str], limit: int = 4) -> str:
+    items = sorted(items)
+    more = f", ... ({len(items)} in all)" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more
+
+
+def compare_with_inventory(
+    topology: FabricTopology, cluster: Cluster, seen: set[str]
+) -> list[Disagreement]:
+    """Where the fabric and the inventory disagree. `seen`: every host name in the fabric."""
+    found: list[Disagreement] = []
+    declared = {n.name: n for n in cluster.nodes if n.ib_hcas}
+    switch_names = {s.name for s in topology.switches}
+    for name in sorted(set(declared) - seen):
+        found.append(Disagreement(
+            "missing-from-fabric", name,
+            f"{name} declares HCAs {', '.join(declared[name].ib_hcas)} but no CA in the fabric "
+            "carries its name (cable, port down, or its node description is not set)",
+        ))  # fmt: skip
+    known = {n.name for n in cluster.nodes}
+    for name in sorted(seen - known):
+        found.append(Disagreement(
+            "not-in-inventory", name, f"{name} is in the fabric but not in the inventory",
+        ))  # fmt: skip
+    by_inventory_leaf: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    by_fabric_leaf: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for host, leaf in topology.hosts.items():
+        node = declared.get(host) or (cluster.node(host) if host in known else None)
+        if node is None:
+            continue
+        if node.leaf_switch in switch_names and node.leaf_switch != leaf:
+            found.append(Disagreement(
+                "leaf-differs", host,
+                f"{host}: the inventory says leaf {node.leaf_switch} (rack {node.rack}), "
+                f"the fabric has it on {leaf}",
+            ))  # fmt: skip
+        by_inventory_leaf[node.leaf_switch][leaf].append(host)
+        by_fabric_leaf[leaf][f"{node.leaf_switch} (rack {node.rack})"].append(host)
+    for inv_leaf, split in sorted(by_inventory_leaf.items()):
+        if len(split) > 1:
+            parts = "; ".join(f"{leaf}: {_short(hosts)}" for leaf, hosts in sorted(split.items()))
+            found.append(Disagreement(
+                "leaf-split", inv_leaf,
+                f"the inventory puts these under one leaf {inv_leaf}; the fabric splits them: "
+                + parts,
+            ))  # fmt: skip
+    for fab_leaf, mixed in sorted(by_fabric_leaf.items()):
+        if len(mixed) > 1:
+            parts = "; ".join(f"{inv}: {_short(hosts)}" for inv, hosts in sorted(mixed.items()))
+            found.append(Disagreement(
+                "leaf-mixed", fab_leaf,
+                f"fabric leaf {fab_leaf} holds hosts the inventory puts under different "
+                f"leaves: {parts}",
+            ))  # fmt: skip
+    return found

@@ -1,0 +1,111 @@
+"""The command lines kiln runs on the Slurm controller, built with shlex.quote.
+
+Every value that reaches a remote shell goes through `shlex.quote`, so a drain reason holding
+quotes, semicolons or `$(...)` arrives at scontrol as one argument and is never interpreted.
+Text that cannot be stored as a one-line Slurm reason (newlines, control characters, too long)
+is refused before anything is run.
+"""
+
+from __future__ import annotations
+
+import getpass
+import re
+import shlex
+import unicodedata
+from collections.abc import Iterable, Sequence
+
+from kiln.errors import InvalidInputError
+from kiln.render.hostlist import compress
+
+KILN_PREFIX = "kiln:"
+REASON_TEXT_MAX = 100  # characters of the operator's text; `sinfo -R` and people read these
+# sinfo columns, aggregated: nodes with equal values share one line and a hostlist, so
+# 12,500 idle nodes are one line. The reason goes last: it may hold "|".
+SINFO_FIELDS = ("node", "state", "gres", "user", "time", "reason")
+SINFO_FORMAT = "%N|%T|%G|%u|%H|%E"
+STEP_MARK = "@@kiln-step"
+_USER = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def check_reason(text: str) -> str:
+    """The operator's reason text, trimmed; InvalidInputError when Slurm cannot keep it."""
+    stripped = text.strip()
+    if not stripped:
+        raise InvalidInputError("--reason is empty", hint="say why, e.g. --reason 'disk swap'")
+    bad = [ch for ch in stripped if unicodedata.category(ch).startswith("C")]
+    if bad:
+        raise InvalidInputError(
+            f"--reason holds a newline or control character ({bad[0]!r}); a Slurm reason is "
+            "one line of printable text"
+        )
+    if len(stripped) > REASON_TEXT_MAX:
+        raise InvalidInputError(
+            f"--reason is {len(stripped)} characters; at most {REASON_TEXT_MAX}",
+            hint="keep the reason short; put details in a ticket and name it",
+        )
+    return stripped
+
+
+def local_user() -> str:
+    """Who runs kiln here, reduced to characters that are safe in a reason."""
+    try:
+        name = getpass.getuser()
+    except (KeyError, OSError):
+        name = "unknown"
+    return _USER.sub("_", name)[:32] or "unknown"
+
+
+def kiln_reason(text: str, user: str | None = None) -> str:
+    """The reason kiln stores: `kiln: TEXT (by USER)`. The `kiln:` prefix marks kiln's drains."""
+    return f"{KILN_PREFIX} {check_reason(text)} (by {_USER.sub('_', user or local_user())})"
+
+
+def nodelist(names: Iterable[str]) -> str:
+    """One Slurm hostlist for scontrol/sinfo: short even for thousands of nodes."""
+    names = list(names)
+    if not names:
+        raise ValueError("no node names")
+    return compress(names)
+
+
+def sinfo(names: Sequence[str] | None = None) -> list[str]:
+    argv = ["sinfo", "--noheader", "--format", SINFO_FORMAT]
+    return argv + (["--nodes", nodelist(names)] if names else [])
+
+
+def show_node(name: str) -> list[str]:
+    return ["scontrol", "show", "node", name]
+
+
+def drain(names: Sequence[str], reason: str) -> list[str]:
+    """`reason` is the full stored reason (see `kiln_reason`); it stays one argv element."""
+    return ["scontrol", "update", f"nodename={nodelist(names)}", "state=drain", f"reason={reason}"]
+
+
+def resume(names: Sequence[str]) -> list[str]:
+    return ["scontrol", "update", f"nodename={nodelist(names)}", "state=resume"]
+
+
+def script(steps: Sequence[Sequence[str]]) -> str:
+    """One remote shell script running `steps` in order, each framed by markers with its exit
+    code, so one SSH exec carries a before/after pair. stderr stays on the channel's stderr."""
+    lines = []
+    for index, argv in enumerate(steps):
+        lines.append(f"echo '{STEP_MARK} {index}'; {shlex.join(argv)}; echo \"{STEP_MARK}-rc $?\"")
+    return "\n".join(lines)
+
+
+def split_steps(output: str, count: int) -> list[tuple[int | None, str]]:
+    """(exit code, output) per step of `script`; (None, "") for a step that never ran."""
+    steps: list[tuple[int | None, str]] = [(None, "")] * count
+    current: int | None = None
+    body: list[str] = []
+    for line in output.splitlines():
+        if line.startswith(f"{STEP_MARK} "):
+            current, body = int(line.split()[1]), []
+        elif line.startswith(f"{STEP_MARK}-rc ") and current is not None:
+            steps[current] = (int(line.split()[1]), "\n".join(body))
+            current = None
+        elif current is not None:
+            body.append(line)
+    return steps

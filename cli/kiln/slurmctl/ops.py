@@ -1,0 +1,174 @@
+"""Drain and resume through scontrol on the controller; kiln only resumes what kiln drained.
+
+Both read the nodes' state first (one SSH exec), decide per node, then update and read the
+state again (a second exec). Drained nodes carry `kiln: TEXT (by USER)`; a node someone else
+drained keeps that person's reason (kiln does not take it over), and resume refuses it unless
+forced, naming who drained it, when and why. A node with running jobs is drained, not stopped:
+Slurm shows it `draining` until its jobs end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kiln.inventory import Cluster, Node
+from kiln.slurmctl import commands
+from kiln.slurmctl.remote import Controller, Runner
+from kiln.slurmctl.state import NodeState, from_sinfo
+
+
+@dataclass(slots=True)
+class NodeChange:
+    name: str
+    before: NodeState | None
+    after: NodeState | None = None
+    action: str = ""  # drain, resume, kept, refused, none, unknown, failed
+    message: str = ""
+    ok: bool = True
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "action": self.action,
+            "ok": self.ok,
+            "message": self.message,
+            "before": self.before.to_dict() if self.before else None,
+            "after": self.after.to_dict() if self.after else None,
+        }
+
+
+@dataclass(slots=True)
+class OpResult:
+    operation: str  # drain | resume
+    controller: str
+    reason: str | None = None
+    force: bool = False
+    nodes: list[NodeChange] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(change.ok for change in self.nodes)
+
+    def counts(self) -> dict[str, int]:
+        result: dict[str, int] = {}
+        for change in self.nodes:
+            result[change.action] = result.get(change.action, 0) + 1
+        return result
+
+    def to_dict(self) -> dict:
+        return {
+            "operation": self.operation,
+            "controller": self.controller,
+            "reason": self.reason,
+            "force": self.force,
+            "ok": self.ok,
+            "counts": self.counts(),
+            "nodes": [change.to_dict() for change in self.nodes],
+        }
+
+
+def _classify_unknown(node: Node, change: NodeChange) -> None:
+    change.action = "unknown"
+    if node.is_compute:
+        change.ok = False
+        change.message = "Slurm does not know this node (not in slurm.conf?)"
+    else:
+        change.message = "not a Slurm compute node; skipped"
+
+
+def _apply(
+    ctl: Controller, result: OpResult, update: list[str] | None, targets: list[NodeChange]
+) -> None:
+    """Run `update` (if any) and read every node's state after it."""
+    steps = [update, commands.sinfo()] if update else [commands.sinfo()]
+    after = from_sinfo(ctl.run(steps)[-1].stdout)
+    for change in result.nodes:
+        change.after = after.get(change.name)
+    for change in targets:
+        state = change.after
+        wanted = result.operation == "drain"
+        if state is None or state.drained is not wanted:
+            change.ok = False
+            change.action = "failed"
+            shown = state.state if state else "gone from Slurm"
+            change.message = f"still {shown} after scontrol update"
+
+
+def drain(
+    cluster: Cluster,
+    nodes: Sequence[Node],
+    text: str,
+    *,
+    user: str | None = None,
+    runner: Runner | None = None,
+) -> OpResult:
+    reason = commands.kiln_reason(text, user)  # refused before anything is run
+    ctl = Controller(cluster, **({"runner": runner} if runner else {}))
+    result = OpResult("drain", ctl.name, reason=reason)
+    before = ctl.nodes()
+    targets: list[NodeChange] = []
+    for node in nodes:
+        change = NodeChange(node.name, before.get(node.name))
+        result.nodes.append(change)
+        state = change.before
+        if state is None:
+            _classify_unknown(node, change)
+        elif state.drained and not state.drained_by_kiln:
+            change.action = "kept"
+            change.message = (
+                f"already {state.describe_drain()}; kept that reason (kiln takes over no drain)"
+            )
+        else:
+            change.action = "drain"
+            targets.append(change)
+    update = commands.drain([c.name for c in targets], reason) if targets else None
+    _apply(ctl, result, update, targets)
+    for change in targets:
+        if change.ok and change.after and change.after.base == "draining":
+            change.message = "jobs running: Slurm lets them finish, then the node is drained"
+        elif change.ok:
+            change.message = "drained"
+    return result
+
+
+def resume(
+    cluster: Cluster,
+    nodes: Sequence[Node],
+    *,
+    force: bool = False,
+    runner: Runner | None = None,
+) -> OpResult:
+    ctl = Controller(cluster, **({"runner": runner} if runner else {}))
+    result = OpResult("resume", ctl.name, force=force)
+    before = ctl.nodes()
+    targets: list[NodeChange] = []
+    for node in nodes:
+        change = NodeChange(node.name, before.get(node.name))
+        result.nodes.append(change)
+        state = change.before
+        if state is None:
+            _classify_unknown(node, change)
+        elif not state.drained:
+            change.action = "none"
+            change.message = f"not drained ({state.state}): already available"
+            if not state.responding or state.base in ("down", "fail", "unknown"):
+                change.message = f"not drained ({state.state}): nothing for resume to do"
+        elif state.drained_by_kiln or force:
+            change.action = "resume"
+            if not state.drained_by_kiln:
+                change.message = f"forced: was {state.describe_drain()}"
+            targets.append(change)
+        else:
+            change.action = "refused"
+            change.ok = False
+            change.message = (
+                f"{state.describe_drain()}; kiln resumes only nodes kiln drained "
+                "(--force to resume it anyway)"
+            )
+    update = commands.resume([c.name for c in targets]) if targets else None
+    _apply(ctl, result, update, targets)
+    for change in targets:
+        if change.ok and not change.message:
+            change.message = "resumed"
+    return result

@@ -1,0 +1,138 @@
+"""`make gpu-check`: read-only checks on a machine with an NVIDIA GPU; skipped without one.
+
+They change nothing on the GPU (no power limits, clocks or resets): they read nvidia-smi and
+run matmuls.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kiln.burnin.workloads import workload_path
+from kiln.parsers.nvidia_smi import parse_query_gpu_csv, parse_xml
+from kiln.profiles import profile_for_product_name
+
+pytestmark = pytest.mark.gpu
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+requires_nvidia_smi = pytest.mark.skipif(
+    shutil.which("nvidia-smi") is None, reason="no nvidia-smi: not a GPU machine"
+)
+
+
+def _cuda_torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+@requires_nvidia_smi
+def test_nvidia_smi_is_read_into_typed_facts(capsys):
+    log = parse_xml(
+        subprocess.run(
+            ["nvidia-smi", "-q", "-x"], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    csv = parse_query_gpu_csv(
+        subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=index,name,serial,driver_version,power.limit",
+                "--format=csv",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    assert log.gpu_count == log.attached_gpus == len(csv) >= 1
+    assert log.driver_version and all(gpu.product_name for gpu in log.gpus)
+    assert [gpu.product_name for gpu in log.gpus] == [row.get_text("name") for row in csv]
+    with capsys.disabled():
+        for gpu in log.gpus:
+            profile = profile_for_product_name(gpu.product_name)
+            print(
+                f"\nGPU {gpu.index}: {gpu.product_name} -> profile "
+                f"{profile.id if profile else 'unknown'}; driver {log.driver_version}, "
+                f"CUDA {log.cuda_version}, power limit {gpu.power.current_limit_w} W"
+            )
+
+
+@requires_nvidia_smi
+def test_preflight_hardware_module_counts_the_real_gpus():
+    """The preflight role's own fact module, run locally by Ansible, sees every GPU."""
+    proc = subprocess.run(
+        [
+            str(BIN / "ansible"),
+            "localhost",
+            "-c",
+            "local",
+            "-M",
+            str(REPO / "playbooks/roles/preflight/library"),
+            "-m",
+            "kiln_hw_facts",
+            "-o",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    facts = json.loads(proc.stdout.split("=>", 1)[1])
+    smi = parse_xml(
+        subprocess.run(
+            ["nvidia-smi", "-q", "-x"], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert len(facts["gpu_pci"]) == smi.gpu_count
+
+
+def _torch_peak_tflops(torch, n: int = 8192, seconds: float = 5.0) -> float:
+    """The best BF16 matmul rate torch itself reaches on GPU 0: the baseline."""
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(10):
+        a @ b
+    torch.cuda.synchronize()
+    best, deadline = 0.0, time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        start = time.perf_counter()
+        for _ in range(20):
+            a @ b
+        torch.cuda.synchronize()
+        best = max(best, 2 * n**3 * 20 / (time.perf_counter() - start) / 1e12)
+    return best
+
+
+def test_gemm_workload_reaches_85_percent_of_torch_peak(capsys):
+    torch = _cuda_torch()
+    if torch is None:
+        pytest.skip("no CUDA build of torch with a visible GPU")
+    peak = _torch_peak_tflops(torch)
+    proc = subprocess.run(
+        [sys.executable, str(workload_path("gemm")), "--seconds", "15"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    result = json.loads(proc.stdout)
+    with capsys.disabled():
+        for device in result["devices"]:
+            print(
+                f"\ngemm {device['name']}: {device['tflops']:.1f} TFLOPS "
+                f"({device['dtype']}); torch peak on GPU 0 {peak:.1f} TFLOPS; ratio "
+                f"{device['tflops'] / peak:.3f}"
+            )
+    for device in result["devices"]:
+        assert device["checksum_ok"], device
+        assert device["tflops"] >= 0.85 * peak, (device["tflops"], peak)

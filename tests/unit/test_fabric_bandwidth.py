@@ -1,0 +1,64 @@
+"""Per-rail ib_write_bw judged against a floor per link rate, on recorded real reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kiln.fabric.bandwidth import RailMeasurement, floor_gbps, judge_rail, judge_rails
+from kiln.parsers.ib_write_bw import parse_ib_write_bw
+
+REAL = Path(__file__).parent.parent / "fixtures/real/ib_write_bw"
+HDR_LOOPBACK = REAL / "loopback_all_sizes_MBps_server_client_interleaved_superbench.txt"
+ROCE_100G = REAL / "roce_100g_server_report_gbits_duration5_hpe_shs_docs.txt"
+
+
+def measurement(path: Path, rail: int = 0, client: str = "gpu001", server: str = "gpu002"):
+    return RailMeasurement(
+        rail, client, server, f"mlx5_{rail}", parse_ib_write_bw(path.read_text())
+    )
+
+
+@pytest.mark.parametrize(("rate", "floor"), [(400, 360.0), (200, 180.0), (100, 90.0), (56, 47.6)])
+def test_floor_is_a_share_of_line_rate(rate, floor):
+    assert floor_gbps(rate) == pytest.approx(floor)
+
+
+def test_hdr_loopback_passes_hdr_and_fails_an_ndr_floor():
+    # 23240.68 MiB/s at 8 MiB = 194.96 Gb/s
+    ok = judge_rail(measurement(HDR_LOOPBACK), link_rate_gbps=200)
+    assert ok.passed and ok.measured_gbps == pytest.approx(194.96, abs=0.01)
+    assert ok.reason == "rail 0 (ib0) gpu001 -> gpu002: 195.0 Gb/s, 97% of 200 Gb/s"
+    bad = judge_rail(measurement(HDR_LOOPBACK), link_rate_gbps=400)
+    assert not bad.passed
+    assert bad.reason == (
+        "rail 0 (ib0) gpu001 -> gpu002: 195.0 Gb/s at 8388608 B is below the floor 360.0 Gb/s "
+        "(49% of 400 Gb/s)"
+    )
+
+
+def test_report_gbits_output_and_an_explicit_floor():
+    assert judge_rail(measurement(ROCE_100G), 100).passed  # 98.03 Gb/s >= 90
+    strict = judge_rail(measurement(ROCE_100G), 100, floor_pct=99)
+    assert not strict.passed and strict.floor_gbps == pytest.approx(99.0)
+    assert strict.to_dict()["measured_gbps"] == 98.03
+
+
+def test_report_orders_rails_and_names_suspects():
+    report = judge_rails(
+        [
+            measurement(HDR_LOOPBACK, rail=1, client="gpu003", server="gpu004"),
+            measurement(ROCE_100G, rail=0),
+            measurement(HDR_LOOPBACK, rail=1, client="gpu001", server="gpu002"),
+        ],
+        link_rate_gbps=200,
+    )
+    assert [(v.rail, v.client) for v in report.verdicts] == [
+        (0, "gpu001"),
+        (1, "gpu001"),
+        (1, "gpu003"),
+    ]
+    assert not report.passed
+    assert [v.rail for v in report.failed()] == [0]  # 98 Gb/s on a 200 Gb/s rail
+    assert report.suspects() == {"gpu001": [0], "gpu002": [0]}

@@ -1,0 +1,153 @@
+"""topology.conf from ibnetdiscover: golden files for a 2-level (real) and 3-level (derived)
+tree, rail-0 placement, and the disagreements with the inventory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kiln.app import main
+from kiln.fabric.gather import fabric_topology
+from kiln.fabric.topology import build_topology, render_topology_conf
+from kiln.fleet import ExecResult, NodeResult, Status
+from kiln.inventory import require_valid
+from kiln.parsers.ibnetdiscover import parse_ibnetdiscover
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+REAL = FIXTURES / "real/ibnetdiscover/dgx_h100_superpod_ndr_mqm9701_truncated.txt"
+DEGRADED = FIXTURES / "derived/ibnetdiscover/dgx_h100_superpod_one_link_hdr.txt"
+FABRIC = FIXTURES / "fabric"
+THREE = FABRIC / "three_level_fat_tree.ibnetdiscover"
+INVENTORY = FABRIC / "inventory-3level"
+
+
+def run(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    captured = capsys.readouterr()
+    return exit_.value.code, captured.out, captured.err
+
+
+def test_two_level_golden_from_the_real_superpod_fabric():
+    topology = build_topology(parse_ibnetdiscover(REAL.read_text()))
+    text = render_topology_conf(topology, "superpod", REAL.name)
+    assert text == (FABRIC / "golden/topology-2level-superpod.conf").read_text()
+    assert topology.levels == 2
+    leaf = next(s for s in topology.leaves() if s.name == "A09-P1-IBLEAF-04-04")
+    assert leaf.nodes == tuple(f"a08-p1-dgx-04-c{i:02d}" for i in range(1, 18))
+    # CAs still showing "MT4129 ConnectX7 Mellanox Technologies" have no host name
+    assert "e09d730300858d88" in topology.unnamed_cas
+
+
+def test_three_level_golden_through_the_cli(tmp_path, capsys):
+    out = tmp_path / "topology.conf"
+    argv = ["fabric", "topology", str(INVENTORY), "--from", str(THREE), "--output", str(out)]
+    code, stdout, stderr = run(argv, capsys)
+    assert code == 0 and stdout == ""
+    assert out.read_text() == (FABRIC / "golden/topology-3level.conf").read_text()
+    assert "3 levels, 4 leaves, 16 inventory hosts placed" in stderr
+
+
+def test_each_host_sits_under_the_leaf_of_its_rail0_hca():
+    fabric = parse_ibnetdiscover(THREE.read_text())
+    default = build_topology(fabric)
+    assert default.hosts["gpu001"] == "P1-SU1-IBLEAF-R0"
+    # A node whose rail 0 is mlx5_1 goes under the R1 leaf; the R0 leaf keeps the others.
+    moved = build_topology(fabric, rail0={"gpu001": "mlx5_1"})
+    assert moved.hosts["gpu001"] == "P1-SU1-IBLEAF-R1"
+    names = {s.name: s for s in moved.switches}
+    assert names["P1-SU1-IBLEAF-R1"].nodes == ("gpu001",)
+    assert names["P1-SU1-IBLEAF-R0"].nodes == ("gpu002", "gpu003", "gpu004")
+    assert "P1-SU1-IBLEAF-R1" in names["P1-IBSPINE-01"].switches
+
+
+def test_hosts_outside_the_inventory_stay_out_of_topology_conf():
+    fabric = parse_ibnetdiscover(THREE.read_text())
+    topology = build_topology(fabric, only_hosts={"gpu001", "gpu002"})
+    assert [s.name for s in topology.leaves()] == ["P1-SU1-IBLEAF-R0"]
+    # switches left without children are dropped at every level
+    assert {s.name for s in topology.switches if s.level == 1} == {"P1-IBSPINE-01", "P1-IBSPINE-02"}
+    assert [s.switches for s in topology.switches if s.level == 2] == [
+        ("P1-IBSPINE-01", "P1-IBSPINE-02"),
+        ("P1-IBSPINE-01", "P1-IBSPINE-02"),
+    ]
+
+
+def test_disagreements_with_the_inventory_are_named():
+    result = fabric_topology(require_valid(INVENTORY), THREE.read_text(), THREE.name)
+    found = {(d.kind, d.subject): d.message for d in result.disagreements}
+    assert set(found) == {
+        ("missing-from-fabric", "gpu017"),
+        ("leaf-split", "leaf-r03"),
+        ("leaf-mixed", "P1-SU2-IBLEAF-R0"),
+    }
+    assert "P1-SU2-IBLEAF-R0: gpu008" in found["leaf-split", "leaf-r03"]
+    assert "leaf-r03 (rack r03): gpu008" in found["leaf-mixed", "P1-SU2-IBLEAF-R0"]
+    assert result.degraded_links == []
+
+
+def test_strict_json_and_a_leaf_named_in_the_inventory(tmp_path, capsys):
+    inventory = tmp_path / "inv"
+    (inventory / "group_vars").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(
+        (INVENTORY / "hosts.yml")
+        .read_text()
+        .replace(
+            "gpu[001:004]:",
+            "gpu[001:003]:\n            gpu004: {kiln_leaf_switch: P2-SU1-IBLEAF-R0}",
+        )
+    )
+    (inventory / "group_vars/all.yml").write_text((INVENTORY / "group_vars/all.yml").read_text())
+    argv = ["fabric", "topology", str(inventory), "--from", str(THREE), "--json", "--strict"]
+    code, stdout, _ = run(argv, capsys)
+    assert code == 1
+    document = json.loads(stdout)
+    assert document["kiln"] == "fabric topology" and document["levels"] == 3
+    differs = [d for d in document["disagreements"] if d["kind"] == "leaf-differs"]
+    assert differs == [{
+        "kind": "leaf-differs", "subject": "gpu004",
+        "message": "gpu004: the inventory says leaf P2-SU1-IBLEAF-R0 (rack r01), "
+                   "the fabric has it on P1-SU1-IBLEAF-R0",
+    }]  # fmt: skip
+
+
+def test_a_degraded_link_is_reported():
+    inventory = require_valid(INVENTORY)
+    result = fabric_topology(inventory, DEGRADED.read_text(), DEGRADED.name)
+    assert result.degraded_links == [
+        "MF0;A09-P1-IBLEAF-04-04:MQM9701/U1 port 3 <-> a08-p1-dgx-04-c03 mlx5_5 port 1: "
+        "4xHDR, expected 4xNDR"
+    ]
+
+
+def test_without_from_ibnetdiscover_runs_on_the_first_opensm_host(monkeypatch, capsys):
+    calls = []
+
+    def fake_run_command(nodes, command, **kwargs):
+        calls.append(([n.name for n in nodes], command, kwargs))
+        result = NodeResult(nodes[0].name, nodes[0].address, Status.OK, 0, THREE.read_text())
+        return ExecResult(command, [result], 0.1, 1, 300.0)
+
+    monkeypatch.setattr("kiln.fleet.run_command", fake_run_command)
+    code, stdout, stderr = run(["fabric", "topology", str(INVENTORY)], capsys)
+    assert code == 0
+    assert calls == [(["gpu001"], "ibnetdiscover", {"fanout": 1, "timeout": 300.0})]
+    assert stdout == (FABRIC / "golden/topology-3level.conf").read_text().replace(
+        "(three_level_fat_tree.ibnetdiscover)", "(ibnetdiscover on gpu001)"
+    )
+    assert "running ibnetdiscover on gpu001" in stderr
+
+
+def test_a_failed_gather_says_where_and_why(monkeypatch, capsys):
+    def fake_run_command(nodes, command, **kwargs):
+        failed = NodeResult(nodes[0].name, nodes[0].address, Status.FAILED, 255, "",
+                            "ibwarn: mad_rpc_open_port: can't open UMAD port")  # fmt: skip
+        return ExecResult(command, [failed], 0.1, 1, 300.0)
+
+    monkeypatch.setattr("kiln.fleet.run_command", fake_run_command)
+    code, _, stderr = run(["fabric", "topology", str(INVENTORY), "--node", "gpu005"], capsys)
+    assert code == 1
+    assert "ibnetdiscover on gpu005 failed (failed)" in stderr
+    assert "can't open UMAD port" in stderr

@@ -1,0 +1,215 @@
+"""drain/resume decisions against a stand-in controller; kiln resumes only what kiln drained.
+
+FakeSlurm is a test double of the controller's shell: it takes the script kiln would send over
+SSH, splits each framed step with shlex (so quoting is exercised exactly), applies `scontrol
+update` to its node table and answers `sinfo` in kiln's format.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from kiln.errors import ExitCode, InvalidInputError, OperationFailed
+from kiln.fleet import ExecResult, NodeResult, Status
+from kiln.inventory import require_valid
+from kiln.render.hostlist import expand
+from kiln.slurmctl import drain, resume
+from kiln.slurmctl.state import from_sinfo
+
+HOSTS = """\
+all:
+  children:
+    kiln_controllers:
+      hosts:
+        ctl: {ansible_host: 10.0.0.1}
+    kiln_compute:
+      hosts:
+        cortex-01: {ansible_host: 10.0.0.11, kiln_gpu_model: a100-sxm-80g, kiln_gpu_count: 8}
+        oxygen-04: {ansible_host: 10.0.0.12, kiln_gpu_model: none}
+        cricket: {ansible_host: 10.0.0.13, kiln_gpu_model: none}
+        gpu-new: {ansible_host: 10.0.0.14, kiln_gpu_model: none}
+"""
+
+# Recorded from Slurm 22.05.8 (Debian 12) in the kiln sandbox with
+# `sinfo --noheader --format '%N|%T|%G|%u|%H|%E'`, after a hand drain with a hostile reason.
+SANDBOX_SINFO = """\
+kd-node02|drained|(null)|root|2026-11-30T03:19:14|x|y "q" ; $(id)
+kd-node01|idle|(null)|Unknown|Unknown|none
+"""
+SANDBOX_SINFO_IDLE = "kd-node[01-02]|idle|(null)|Unknown|Unknown|none\n"
+
+STEP = re.compile(r"""^echo '@@kiln-step (\d+)'; (.*); echo "@@kiln-step-rc \$\?"$""")
+
+
+class FakeSlurm:
+    """A controller that knows `nodes` (name -> [state, reason, user, time, gres])."""
+
+    def __init__(self, nodes: dict[str, list[str]]) -> None:
+        self.nodes = nodes
+        self.calls: list[list[list[str]]] = []
+
+    def sinfo(self) -> str:
+        return "".join(
+            f"{name}|{state}|{gres}|{user}|{time}|{reason}\n"
+            for name, (state, reason, user, time, gres) in self.nodes.items()
+        )
+
+    def step(self, argv: list[str]) -> tuple[int, str]:
+        if argv[0] == "sinfo":
+            return 0, self.sinfo()
+        assert argv[:2] == ["scontrol", "update"], argv
+        args = dict(arg.split("=", 1) for arg in argv[2:])
+        for name in expand(args["nodename"]):
+            node = self.nodes[name]
+            if args["state"] == "drain":
+                node[0] = "draining" if node[0] in ("mixed", "allocated") else "drained"
+                node[1:4] = [args["reason"], "root", "2026-11-30T10:00:00"]
+            elif args["state"] == "resume":
+                node[0] = "idle" if node[0] == "drained" else "mixed"
+                node[1:4] = ["none", "Unknown", "Unknown"]
+        return 0, ""
+
+    def __call__(self, nodes, command, *, fanout, timeout) -> ExecResult:
+        assert [node.name for node in nodes] == ["ctl"] and fanout == 1
+        steps = []
+        out = []
+        for line in command.splitlines():
+            index, middle = STEP.match(line).groups()
+            argv = shlex.split(middle)
+            steps.append(argv)
+            code, text = self.step(argv)
+            out.append(f"@@kiln-step {index}\n{text}@@kiln-step-rc {code}\n")
+        self.calls.append(steps)
+        result = NodeResult("ctl", "10.0.0.1", Status.OK, exit_code=0, stdout="".join(out))
+        return ExecResult(command, [result], 0.1, fanout, timeout)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    (tmp_path / "hosts.yml").write_text(HOSTS)
+    return require_valid(tmp_path)
+
+
+def slurm() -> FakeSlurm:
+    # Derived from scontrol_show_node_gpu_gres_drain_huji_slurm1711.txt (real): the same nodes
+    # and states in kiln's sinfo format; cricket is given a kiln drain for these tests.
+    return FakeSlurm({
+        "cortex-01": ["allocated", "none", "Unknown", "Unknown", "gpu:m60:8"],
+        "dumfries-002": ["allocated", "none", "Unknown", "Unknown", "gpu:rtx2080:4"],
+        "oxygen-04": ["drained", "memory issues?", "root", "2019-01-29T10:42:12", "(null)"],
+        "cricket": ["drained", "kiln: gemm gpu0 low (by alice)", "root", "2026-11-29T09:00:00",
+                    "gpu:quadro:1(S:0),vmem:2G"],
+    })  # fmt: skip
+
+
+def pick(cluster, *names):
+    return [cluster.node(name) for name in names]
+
+
+def by_name(result):
+    return {change.name: change for change in result.nodes}
+
+
+def test_drain_stores_kiln_reason_and_reports_before_and_after(cluster):
+    fake = slurm()
+    result = drain(cluster, pick(cluster, "cortex-01"), 'disk "swap"; now', user="bob",
+                   runner=fake)  # fmt: skip
+    assert fake.calls[0] == [["sinfo", "--noheader", "--format", "%N|%T|%G|%u|%H|%E"]]
+    assert fake.calls[1][0] == [
+        "scontrol", "update", "nodename=cortex-01", "state=drain",
+        'reason=kiln: disk "swap"; now (by bob)',
+    ]  # fmt: skip
+    change = by_name(result)["cortex-01"]
+    assert (change.before.state, change.after.state, change.action) == (
+        "allocated", "draining", "drain",
+    )  # fmt: skip
+    assert "jobs running" in change.message and result.ok
+    assert change.after.drained_by_kiln and change.after.drained_by == "bob"
+
+
+def test_drain_keeps_someone_elses_drain_reason(cluster):
+    fake = slurm()
+    result = drain(cluster, pick(cluster, "oxygen-04", "cricket"), "fan", user="bob",
+                   runner=fake)  # fmt: skip
+    changes = by_name(result)
+    assert changes["oxygen-04"].action == "kept" and changes["oxygen-04"].ok
+    assert "memory issues?" in changes["oxygen-04"].message
+    assert fake.nodes["oxygen-04"][1] == "memory issues?"  # never taken over by kiln
+    assert fake.calls[1][0][2] == "nodename=cricket"  # kiln's own drain: reason refreshed
+
+
+def test_bad_reason_is_refused_before_any_ssh(cluster):
+    fake = slurm()
+    with pytest.raises(InvalidInputError) as caught:
+        drain(cluster, pick(cluster, "cricket"), "two\nlines", runner=fake)
+    assert caught.value.exit_code is ExitCode.INVALID_INPUT and fake.calls == []
+
+
+def test_resume_refuses_a_hand_drain_naming_who_when_why(cluster):
+    fake = slurm()
+    result = resume(cluster, pick(cluster, "cortex-01", "oxygen-04", "cricket"), runner=fake)
+    changes = by_name(result)
+    assert not result.ok
+    refused = changes["oxygen-04"]
+    assert refused.action == "refused" and not refused.ok
+    assert "root" in refused.message and "2019-01-29T10:42:12" in refused.message
+    assert "memory issues?" in refused.message and "--force" in refused.message
+    assert changes["cortex-01"].action == "none" and changes["cortex-01"].ok
+    assert "already available" in changes["cortex-01"].message
+    assert changes["cricket"].action == "resume" and changes["cricket"].after.state == "idle"
+    assert fake.calls[1][0] == ["scontrol", "update", "nodename=cricket", "state=resume"]
+    assert fake.nodes["oxygen-04"][0] == "drained"
+
+
+def test_resume_force_resumes_a_hand_drain(cluster):
+    fake = slurm()
+    result = resume(cluster, pick(cluster, "oxygen-04"), force=True, runner=fake)
+    change = by_name(result)["oxygen-04"]
+    assert result.ok and change.action == "resume" and change.after.state == "idle"
+    assert change.message.startswith("forced: was drained by root")
+
+
+def test_nodes_unknown_to_slurm(cluster):
+    fake = slurm()
+    result = resume(cluster, pick(cluster, "ctl", "gpu-new"), runner=fake)
+    changes = by_name(result)
+    assert changes["ctl"].ok and "not a Slurm compute node" in changes["ctl"].message
+    assert not changes["gpu-new"].ok and changes["gpu-new"].action == "unknown"
+    assert fake.calls[1] == [fake.calls[0][0]]  # only the state read again: no update sent
+
+
+def test_unreachable_controller_is_an_operation_failure(cluster):
+    def down(nodes, command, **_):
+        result = NodeResult("ctl", "10.0.0.1", Status.UNREACHABLE, error="port 22: refused")
+        return ExecResult(command, [result], 0.1, 1, 60)
+
+    with pytest.raises(OperationFailed, match="ctl: unreachable: port 22: refused"):
+        resume(cluster, pick(cluster, "cricket"), runner=down)
+
+
+def test_sinfo_parsing_of_recorded_sandbox_output():
+    nodes = from_sinfo(SANDBOX_SINFO)
+    node2 = nodes["kd-node02"]
+    assert node2.drained and not node2.drained_by_kiln
+    assert (node2.reason, node2.reason_user, node2.reason_time) == (
+        'x|y "q" ; $(id)', "root", "2026-11-30T03:19:14",
+    )  # fmt: skip
+    assert nodes["kd-node01"].reason is None and not nodes["kd-node01"].drained
+    assert list(from_sinfo(SANDBOX_SINFO_IDLE)) == ["kd-node01", "kd-node02"]
+    assert from_sinfo("") == {}
+
+
+def test_states_with_suffixes_and_flags():
+    # derived lines (not recorded): state spellings with the not-responding suffix and a flag
+    nodes = from_sinfo(
+        "a1|down*|(null)|Unknown|Unknown|Not responding\n"
+        "a2|draining|gpu:h100:8(S:0-1)|root|2026-01-01T00:00:00|kiln: x (by ann)\n"
+        "a3|idle+drain|(null)|slurm|2026-01-01T00:00:00|Low RealMemory\n"
+    )
+    assert not nodes["a1"].responding and not nodes["a1"].drained and nodes["a1"].base == "down"
+    assert nodes["a2"].drained_by_kiln and nodes["a2"].gpus == 8 and nodes["a2"].drained_by == "ann"
+    assert nodes["a3"].drained and nodes["a3"].drained_by == "slurm"
