@@ -82,6 +82,10 @@ def _register() -> None:
 
     app.add_typer(fabric.app, name="fabric")
 
+    from kiln.commands import power
+
+    app.add_typer(power.app, name="power")
+
 
 _register()
 

@@ -34,6 +34,7 @@ mlx5_1/ports/1/state:1: DOWN
 mlx5_1/ports/1/phys_state:2: Polling
 mlx5_1/ports/1/rate:10 Gb/sec (4X SDR)
 mlx5_1/ports/1/link_layer:InfiniBand
+mlx5_0/ports/1/gids/0:fe80:0000:0000:0000:946d:ae03:00cd:e72c
 mlx5_0/ports/1/counters/symbol_error:3
 mlx5_0/ports/1/counters/link_downed:0
 mlx5_0/ports/1/counters/port_xmit_data:123456789
@@ -82,6 +83,7 @@ def test_sysfs_dump_reads_states_rates_and_counters():
     mlx5_0 = parse_sysfs_dump(SYSFS)[0]
     port = mlx5_0.ports[0]
     assert (port.state, port.physical_state, port.rate_gbps) == ("Active", "LinkUp", 400.0)
+    assert port.guid == "946dae0300cde72c"  # opensm's PORTS lists port GUIDs
     assert mlx5_0.counters == {
         1: {"symbol_error": 3, "link_downed": 0, "port_xmit_data": 123456789}
     }

@@ -79,7 +79,20 @@ def fake_runner(monkeypatch):
         return runner
 
     monkeypatch.setattr(engine, "init_runner", init_runner)
-    return SimpleNamespace(started=started, script=script)
+    exports: list[tuple[Path, list[str] | None]] = []
+
+    def export_inventory(cluster, directory, hosts=None):
+        """The test doubles carry no hardware model: record what each export would hold."""
+        names = hosts if hosts is not None else [n.name for n in cluster.nodes]
+        exports.append((directory, list(names)))
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / "hosts.json"
+        path.write_text(json.dumps({"all": {"hosts": dict.fromkeys(names)}}))
+        return path
+
+    monkeypatch.setattr(provision, "export_inventory", export_inventory)
+    monkeypatch.setattr(provision, "render_files", lambda cluster: [])
+    return SimpleNamespace(started=started, script=script, exports=exports)
 
 
 @pytest.fixture
@@ -490,25 +503,54 @@ def test_state_dir_follows_kiln_home(tmp_path, monkeypatch):
 # --- a real run over the local connection ------------------------------------------------------
 
 
-def local_inventory(path: Path, names: list[str], fail: tuple[str, ...] = ()) -> Path:
+def local_cluster(
+    path: Path,
+    names: list[str],
+    fail: tuple[str, ...] = (),
+    racks: dict[str, str] | None = None,
+    rollout: dict | None = None,
+    controller: str | None = None,
+):
+    """A real validated Cluster whose hosts all use Ansible's local connection."""
     path.mkdir(parents=True, exist_ok=True)
-    hosts = {
-        name: {
-            "ansible_connection": "local",
-            "ansible_python_interpreter": sys.executable,
-            "smoke_dir": str(path.parent / "markers"),
-            "smoke_fail": name in fail,
+    markers = path.parent / "markers"
+    markers.mkdir(exist_ok=True)
+
+    def host(name: str, index: int) -> dict:
+        variables = {"kiln_gpu_model": "none", "ansible_host": f"127.0.0.{index + 2}"}
+        variables["kiln_rack"] = (racks or {}).get(name, "r1")
+        if name in fail:
+            variables["smoke_fail"] = True
+        return variables
+
+    hosts = {name: host(name, i) for i, name in enumerate(names)}
+    if controller:
+        controllers = {controller: host(controller, 200)}
+    else:  # kiln needs a controller: the first name plays it
+        controllers = {names[0]: hosts.pop(names[0])}
+    children = {"kiln_controllers": {"hosts": controllers}, "kiln_compute": {"hosts": hosts}}
+    document = {
+        "all": {
+            "vars": {
+                "ansible_connection": "local",
+                "ansible_python_interpreter": sys.executable,
+                "smoke_dir": str(markers),
+            },
+            "children": children,
         }
-        for name in names
     }
-    (path / "hosts.yml").write_text(json.dumps({"kiln_compute": {"hosts": hosts}}))
-    (path.parent / "markers").mkdir(exist_ok=True)
-    return path
+    (path / "hosts.yml").write_text(json.dumps(document))
+    if rollout:
+        (path / "group_vars").mkdir(exist_ok=True)
+        (path / "group_vars" / "all.yml").write_text(json.dumps({"kiln_rollout": rollout}))
+    from kiln.inventory import require_valid
+
+    return require_valid(path)
 
 
 def test_real_local_run_flows_events_and_stats_end_to_end(tmp_path):
     names = ["n1", "n2", "n3"]
-    inventory = local_inventory(tmp_path / "inv", names)
+    real = local_cluster(tmp_path / "inv", names)
     state = tmp_path / "state"
     stages = [Stage("preflight", str(SMOKE), "")]
     updates = []
@@ -524,7 +566,7 @@ def test_real_local_run_flows_events_and_stats_end_to_end(tmp_path):
             updates.append(("done", result["status"]))
 
     first = provision.provision(
-        cluster(inventory, names),
+        real,
         provision.ProvisionOptions(stages),
         listener=Listener(),
         state=state,
@@ -532,24 +574,24 @@ def test_real_local_run_flows_events_and_stats_end_to_end(tmp_path):
     assert first["exit_code"] == 0, first
     assert first["changed"] == 3  # the marker file, once per host
     assert {h: s["preflight"] for h, s in first["hosts"].items()} == dict.fromkeys(names, "changed")
-    assert updates[0] == ("start", "preflight", tuple(names), 1)
+    assert updates[0] == ("start", "preflight", tuple(names), 2)  # controller, then rack r1
     assert ("progress", "Write a marker file") in updates
     record = Path(first["record"])
     assert json.loads((record / "facts.json").read_text()) == {n: {"marker": n} for n in names}
     assert (record / "events.jsonl").stat().st_size > 0
     assert not list(record.glob("preflight/artifacts/*/job_events/*.json"))  # compact
 
-    second = provision.provision(
-        cluster(inventory, names), provision.ProvisionOptions(stages), state=state
-    )
+    second = provision.provision(real, provision.ProvisionOptions(stages), state=state)
     assert second["exit_code"] == 0 and second["changed"] == 0
 
 
 def test_real_local_run_stops_at_the_failure_threshold(tmp_path):
-    names = ["n1", "n2", "n3", "n4"]
-    inventory = local_inventory(tmp_path / "inv", names, fail=("n1",))
+    names = ["ctl", "n1", "n2", "n3", "n4"]
+    real = local_cluster(
+        tmp_path / "inv", names, fail=("n1",), rollout={"batch_size": 2, "max_fail_percentage": 0}
+    )
     summary = provision.provision(
-        cluster(inventory, names, batch_size=2, max_fail=0),
+        real,
         provision.ProvisionOptions([Stage("preflight", str(SMOKE), "")]),
         state=tmp_path / "state",
     )

@@ -60,8 +60,13 @@ class LiveDisplay:
 
     def progress(self, state: StageProgress) -> None:
         c = state.counts
+        where = (
+            f"shards {state.shards_done}/{state.shards} done, {state.shards_running} running"
+            if state.shards > 1
+            else f"batch {state.batch}/{self.batches}"
+        )
         text = (
-            f"[bold]{state.stage}[/] batch {state.batch}/{self.batches}  ok {c['ok']}  "
+            f"[bold]{state.stage}[/] {where}  ok {c['ok']}  "
             f"changed {c['changed']}  failed {c['failed']}  unreachable {c['unreachable']}"
         )
         if self.rich:
@@ -120,8 +125,18 @@ def render_summary(summary: dict[str, Any]) -> None:
                     f"{entry['name']}: {host} {result['status']} at "
                     f"'{result['failed_task']}': {result['message']}"
                 )
+    for entry in summary["stages"]:
+        if len(entry.get("shards", ())) > 1:
+            parts = [f"{s['name']} {s['status']}" for s in entry["shards"]]
+            out.print(f"{entry['name']} shards: {', '.join(parts)}")
     if summary["stopped"]:
         out.print(f"stopped in {summary['stopped']['stage']}: {summary['stopped']['reason']}")
+        if summary["stopped"].get("shards_not_started"):
+            names = ", ".join(summary["stopped"]["shards_not_started"])
+            out.print(f"shards not started: {names}")
+    if summary.get("new_nodes") is not None:
+        new = summary["new_nodes"]["new"]
+        out.print(f"new nodes: {len(new)} ({', '.join(new[:10])}{' ...' if len(new) > 10 else ''})")
     out.print(f"changed tasks: {summary['changed']}; run record: {summary['record']}")
 
 
@@ -140,6 +155,13 @@ def provision(
     batch_size: Annotated[
         str | None, typer.Option(help="Rolling batch: a count N or a percentage P%.")
     ] = None,
+    new_nodes: Annotated[
+        bool,
+        typer.Option(
+            help="Scale-out: every stage on nodes no earlier run provisioned; only the "
+            "cluster-wide files on the others."
+        ),
+    ] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     json_: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> int:
@@ -157,6 +179,7 @@ def provision(
         check=check,
         retry_failed=retry_failed,
         batch_size=normalize_batch_size(batch_size) if batch_size else None,
+        new_nodes=new_nodes,
     )
     _confirm(cluster, selected, yes, check)
     with LiveDisplay() as display:

@@ -28,7 +28,7 @@ def rotate_munge_key(
     fail to authenticate: rotate in a quiet moment. Asks first unless --yes (no terminal: pass
     --yes). Exit 0 rotated and proven everywhere; 1 a node failed (named); 2 invalid input.
     """
-    from kiln.slurmctl import rotate_munge_key as rotate
+    from kiln.slurmctl.munge import rotate_munge_key as rotate
 
     cluster = require_valid(inventory)
     _confirm(cluster, select_stages("slurm"), yes, check=False)

@@ -53,11 +53,10 @@ def gather_node(cluster: Cluster, name: str | None) -> Node:
         if name not in {n.name for n in cluster.nodes}:
             raise InvalidInputError(f"--node {name} is not in the inventory")
         return cluster.node(name)
-    sm_hosts = (cluster.node(cluster.nodes[0].name).hostvars.get("kiln_ib") or {}).get(
-        "opensm_hosts"
-    ) or []
-    for host in sm_hosts:
-        if host in {n.name for n in cluster.nodes}:
+    names = {n.name for n in cluster.nodes}
+    ib = cluster.nodes[0].hostvars.get("kiln_ib") or {}  # cluster-wide: the same on every node
+    for host in ib.get("opensm_hosts") or []:
+        if host in names:
             return cluster.node(host)
     with_hcas = [n for n in cluster.nodes if n.ib_hcas]
     if not with_hcas:

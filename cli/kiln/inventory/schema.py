@@ -6,11 +6,10 @@ defaults, and the key reference in README.md (tests check they agree).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from typing import Literal
-
-import ipaddress
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -86,6 +85,12 @@ class RolloutSpec(StrictModel):
     )
     shard_by: Literal["rack", "count"] = Field("rack", description="how to split the fleet")
     shard_size: int = Field(512, gt=0, description="nodes per shard when shard_by is count")
+    max_parallel_shards: int = Field(
+        0, ge=0, description="shards run at once; 0: one per CPU core of this controller"
+    )
+    worker_runner: str = Field(
+        "ansible-runner", description="the ansible-runner command on kiln_workers hosts"
+    )
 
     @field_validator("batch_size")
     @classmethod

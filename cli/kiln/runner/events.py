@@ -8,6 +8,7 @@ it appends to events.jsonl is the event log kept in the run record.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
@@ -68,9 +69,106 @@ class StageProgress:
     last_host: str | None = None
     last_status: str | None = None
     last_message: str | None = None
+    shards: int = 1
+    shards_done: int = 0
+    shards_running: int = 0
 
 
 ProgressCallback = Callable[[StageProgress], None]
+# Lines kept once the log is over its cap: what a post-mortem needs.
+KEPT_WHEN_CAPPED = {
+    "runner_on_failed",
+    "runner_on_unreachable",
+    "runner_on_async_failed",
+    "playbook_on_play_start",
+    "playbook_on_no_hosts_remaining",
+    "playbook_on_stats",
+    "kiln_shard",
+}
+DEFAULT_LOG_CAP = 64 * 1024 * 1024
+
+
+class CappedLog:
+    """The run's events.jsonl, shared by the shards running at once: one lock, a byte cap.
+
+    Under the cap every compact line is kept; over it only failures, plays, recaps and shard
+    lines are, and the number of lines dropped is counted (and written as the last line), so
+    12,500 hosts x hundreds of tasks cannot fill the disk. Per-host results live in summary.json.
+    """
+
+    def __init__(self, stream: IO[str], cap_bytes: int = DEFAULT_LOG_CAP) -> None:
+        self.stream = stream
+        self.cap = cap_bytes
+        self.bytes = 0
+        self.lines = 0
+        self.dropped = 0
+        self._lock = threading.Lock()
+
+    def write_event(self, line: dict[str, Any]) -> None:
+        text = json.dumps(line, separators=(",", ":"), default=str) + "\n"
+        with self._lock:
+            if self.bytes + len(text) > self.cap and line.get("event") not in KEPT_WHEN_CAPPED:
+                self.dropped += 1
+                return
+            self.stream.write(text)
+            self.bytes += len(text)
+            self.lines += 1
+
+    def write(self, text: str) -> None:  # a plain text stream's interface, for old callers
+        with self._lock:
+            self.stream.write(text)
+            self.bytes += len(text)
+
+    def close(self) -> dict[str, int]:
+        with self._lock:
+            if self.dropped:
+                note = {"event": "kiln_log_capped", "dropped": self.dropped, "cap": self.cap}
+                self.stream.write(json.dumps(note, separators=(",", ":")) + "\n")
+            return {"lines": self.lines, "bytes": self.bytes, "dropped": self.dropped}
+
+
+class ProgressAggregator:
+    """Folds the StageProgress of the shards of one stage into one, for one display.
+
+    Shards report from their own threads; the aggregate is built and handed on under a lock.
+    """
+
+    def __init__(self, stage: str, shards: int, progress: ProgressCallback | None) -> None:
+        self.state = StageProgress(stage, shards=shards)
+        self.progress = progress
+        self.per_shard: dict[str, StageProgress] = {}
+        self._lock = threading.Lock()
+
+    def shard_started(self, shard: str) -> None:
+        with self._lock:
+            self.state.shards_running += 1
+            self._emit()
+
+    def shard_finished(self, shard: str) -> None:
+        with self._lock:
+            self.state.shards_running -= 1
+            self.state.shards_done += 1
+
+    def callback(self, shard: str) -> ProgressCallback:
+        def report(state: StageProgress) -> None:
+            with self._lock:
+                self.per_shard[shard] = state
+                total = self.state
+                total.counts = {key: 0 for key in total.counts}
+                for each in self.per_shard.values():
+                    for key, value in each.counts.items():
+                        total.counts[key] = total.counts.get(key, 0) + value
+                total.task, total.batch = state.task, max(s.batch for s in self.per_shard.values())
+                total.last_host, total.last_status = state.last_host, state.last_status
+                total.last_message = state.last_message
+                self._emit()
+                state.last_message = None
+
+        return report
+
+    def _emit(self) -> None:
+        if self.progress is not None:
+            self.progress(self.state)
 
 
 def failure_message(res: Any) -> str | None:
@@ -97,10 +195,12 @@ class EventRecorder:
     def __init__(
         self,
         stage: str,
-        log: IO[str] | None = None,
+        log: IO[str] | CappedLog | None = None,
         progress: ProgressCallback | None = None,
+        shard: str | None = None,
     ) -> None:
         self.stage = stage
+        self.shard = shard
         self.log = log
         self.progress = progress
         self.state = StageProgress(stage)
@@ -143,8 +243,13 @@ class EventRecorder:
             record = {"stats": self.stats}
         if record is not None and self.log is not None:
             line = {"stage": self.stage, "n": event.get("counter"), "event": kind, **record}
+            if self.shard is not None:
+                line["shard"] = self.shard
             line["t"] = event.get("created")
-            self.log.write(json.dumps(line, separators=(",", ":"), default=str) + "\n")
+            if isinstance(self.log, CappedLog):
+                self.log.write_event(line)
+            else:
+                self.log.write(json.dumps(line, separators=(",", ":"), default=str) + "\n")
         if record is not None and self.progress is not None and kind != "playbook_on_stats":
             self.progress(self.state)
         return False  # ansible-runner writes no per-event JSON file

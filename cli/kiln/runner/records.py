@@ -158,3 +158,36 @@ def retry_hosts(inventory: Path, state: Path | None = None) -> list[str]:
         )
     hosts = record.hosts_file("failed_hosts") + record.hosts_file("unreachable_hosts")
     return list(dict.fromkeys(hosts))
+
+
+GOOD = ("ok", "changed")
+
+
+def provisioned_hosts(inventory: Path, state: Path | None = None) -> set[str]:
+    """Hosts some earlier (non-check) run on this inventory took through every stage it ran,
+    each ending ok or changed: what `kiln provision --new-nodes` leaves to a refresh.
+
+    Reads each run's summary once (linear in runs x hosts).
+    """
+    state = state or state_dir()
+    runs = state / "runs"
+    wanted = str(Path(inventory).resolve())
+    done: set[str] = set()
+    if not runs.is_dir():
+        return done
+    for path in sorted(runs.iterdir()):
+        try:
+            summary = json.loads((path / "summary.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if summary.get("inventory") != wanted or summary.get("check"):
+            continue
+        ran = [
+            e["name"]
+            for e in summary.get("stages", [])
+            if e.get("status") != "skipped" and e["name"] != "refresh"
+        ]
+        for host, statuses in (summary.get("hosts") or {}).items():
+            if ran and all(statuses.get(name) in GOOD for name in ran):
+                done.add(host)
+    return done

@@ -34,6 +34,11 @@ STAGES: tuple[Stage, ...] = (
 )
 
 
+# Not a stage of a full run: `kiln provision --new-nodes` runs it on the controllers and the
+# nodes provisioned before, to push the re-rendered cluster-wide files (slurm.conf, ...).
+REFRESH = Stage("refresh", "refresh.yml", "the cluster-wide Slurm files, pushed after scale-out")
+
+
 def available_stages(playbooks_dir: Path = PLAYBOOKS_DIR) -> list[Stage]:
     """The stages whose playbook exists, in order."""
     return [stage for stage in STAGES if stage.path(playbooks_dir).is_file()]

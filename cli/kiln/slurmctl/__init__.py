@@ -11,12 +11,23 @@ Command lines are built in `commands` with shlex.quote; nothing here prints.
 
 from __future__ import annotations
 
+from typing import Any
+
+from kiln.inventory import Cluster
 from kiln.slurmctl.inspect import Inspection, inspect_node
-from kiln.slurmctl.munge import rotate_munge_key
 from kiln.slurmctl.ops import NodeChange, OpResult, drain, resume
 from kiln.slurmctl.remote import Controller
 from kiln.slurmctl.state import NodeState
 from kiln.slurmctl.status import ClusterStatus, cluster_status
+
+
+def rotate_munge_key(cluster: Cluster, **kwargs: Any) -> dict[str, Any]:
+    """kiln.slurmctl.munge.rotate_munge_key, imported on first use: the engine (ansible-runner)
+    stays out of `kiln --help` and of the SSH-only commands."""
+    from kiln.slurmctl.munge import rotate_munge_key as rotate
+
+    return rotate(cluster, **kwargs)
+
 
 __all__ = [
     "ClusterStatus",

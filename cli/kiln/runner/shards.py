@@ -1,0 +1,221 @@
+"""Split a rollout into shards, decide when to stop starting them, and merge their results.
+
+Pure functions over the Cluster model and per-shard result documents: nothing here runs Ansible.
+A shard is one ansible-runner process with only its own hosts (plus the controllers) in its
+inventory, so Ansible's per-host-task cost, which grows with the inventory, stays bounded by the
+shard size instead of the fleet size. Controllers run first, alone; compute shards then run in
+parallel (kiln.runner.provision), locally or on `kiln_workers` hosts (kiln.runner.workers).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+CONTROLLERS_SHARD = "controllers"
+WORKERS_GROUP = "kiln_workers"
+UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+BAD = ("failed", "unreachable")
+UNFINISHED = ("not_run", "aborted")
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """One slice of the fleet: the hosts one ansible-runner process is limited to."""
+
+    name: str
+    hosts: tuple[str, ...]
+    controllers: bool = False
+    worker: str | None = None  # a kiln_workers host that runs it; None: this controller
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "hosts": list(self.hosts), "worker": self.worker}
+
+
+def _safe(text: str) -> str:
+    return UNSAFE.sub("_", text).strip("_") or "shard"
+
+
+def _is_controller(node: Any) -> bool:
+    return bool(getattr(node, "is_controller", "kiln_controllers" in node.groups))
+
+
+def plan_shards(
+    cluster: Any,
+    hosts: list[str],
+    *,
+    shard_by: str = "rack",
+    shard_size: int = 512,
+    workers: tuple[str, ...] | list[str] = (),
+) -> list[Shard]:
+    """The shards of `hosts`, in run order: the controllers alone, then racks or fixed counts.
+
+    Compute shards are spread round-robin over `workers` when there are any; the controllers'
+    shard always runs on this controller (the run record and the lock live here).
+    """
+    by_name = {node.name: node for node in cluster.nodes}
+    controllers = [h for h in hosts if _is_controller(by_name[h])]
+    rest = [h for h in hosts if not _is_controller(by_name[h])]
+    shards: list[Shard] = []
+    if controllers:
+        shards.append(Shard(CONTROLLERS_SHARD, tuple(controllers), controllers=True))
+    groups: list[tuple[str, list[str]]] = []
+    if shard_by == "count":
+        size = max(1, int(shard_size))
+        width = max(3, len(str(-(-len(rest) // size))))
+        for index in range(0, len(rest), size):
+            groups.append((f"part-{index // size + 1:0{width}d}", rest[index : index + size]))
+    else:
+        racks: dict[str, list[str]] = {}
+        for host in rest:
+            racks.setdefault(str(getattr(by_name[host], "rack", "unracked")), []).append(host)
+        used: set[str] = set()
+        for rack, members in racks.items():
+            name = f"rack-{_safe(rack)}"
+            while name in used:  # two rack names that sanitise alike
+                name += "_"
+            used.add(name)
+            groups.append((name, members))
+    for index, (name, members) in enumerate(groups):
+        worker = workers[index % len(workers)] if workers else None
+        shards.append(Shard(name, tuple(members), worker=worker))
+    return shards
+
+
+def worker_hosts(cluster: Any) -> tuple[str, ...]:
+    """The hosts of the `kiln_workers` group (worker controllers), in inventory order."""
+    return tuple(getattr(cluster, "groups", {}).get(WORKERS_GROUP, ()))
+
+
+def always_included(cluster: Any) -> list[str]:
+    """Hosts every shard's inventory carries: the controllers (plays delegate to them and read
+    their hostvars)."""
+    return [node.name for node in cluster.nodes if _is_controller(node)]
+
+
+def parallel_limit(configured: int, shards: int, cpu_count: int | None = None) -> int:
+    """How many shards run at once: the configured number, else one per CPU core."""
+    cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
+    wanted = configured if configured > 0 else cores
+    return max(1, min(wanted, max(shards, 1)))
+
+
+def failed_share(entries: list[dict[str, Any]], total_hosts: int) -> float:
+    """Percentage of the stage's hosts that failed or were unreachable in finished shards."""
+    if total_hosts <= 0:
+        return 0.0
+    bad = sum(
+        1 for entry in entries for result in entry["hosts"].values() if result["status"] in BAD
+    )
+    return 100.0 * bad / total_hosts
+
+
+def crosses_threshold(entries: list[dict[str, Any]], total_hosts: int, max_fail: int) -> bool:
+    """Ansible's rule (failed share > max_fail_percentage), over the whole stage."""
+    return failed_share(entries, total_hosts) > max_fail
+
+
+def held_back(entry: dict[str, Any]) -> set[str]:
+    """Hosts a later stage must not run on: bad ones, and unfinished ones of a stopped shard."""
+    stopped = entry.get("stopped_by_failure_threshold") or not entry.get("reached_recap", True)
+    return {
+        host
+        for host, result in entry["hosts"].items()
+        if result["status"] in BAD or (stopped and result["status"] in UNFINISHED)
+    }
+
+
+@dataclass(slots=True)
+class StageMerge:
+    """Per-shard entries folded into one stage entry with the keys an unsharded stage has."""
+
+    name: str
+    playbook: str
+    hosts: list[str]
+    shard_entries: list[dict[str, Any]] = field(default_factory=list)
+    not_started: list[dict[str, Any]] = field(default_factory=list)
+    stopped_overall: bool = False
+    directory: str | None = None
+
+    def entry(self) -> dict[str, Any]:
+        shards = self.shard_entries
+        statuses = [s["status"] for s in shards]
+        if "canceled" in statuses:
+            status = "canceled"
+        elif statuses and all(s == "successful" for s in statuses) and not self.not_started:
+            status = "successful"
+        elif not statuses:
+            status = "skipped"
+        else:
+            status = "failed"
+        merged: dict[str, dict[str, Any]] = {}
+        for shard in shards:
+            merged.update(shard["hosts"])
+        for shard in self.not_started:
+            for host in shard["hosts"]:
+                merged.setdefault(host, _not_run(host))
+        hosts = {h: merged[h] for h in self.hosts if h in merged}
+        hosts.update({h: r for h, r in merged.items() if h not in hosts})
+        rcs = [s["rc"] for s in shards if s["rc"] not in (None, 0)]
+        artifact = shards[0]["artifact_dir"] if len(shards) == 1 else self.directory
+        return {
+            "name": self.name,
+            "playbook": self.playbook,
+            "status": status,
+            "rc": (rcs[0] if rcs else (0 if shards else None)),
+            "reached_recap": bool(shards) and all(s["reached_recap"] for s in shards),
+            "batches": sum(s["batches"] for s in shards),
+            "expected_batches": sum(s["expected_batches"] for s in shards),
+            "stopped_by_failure_threshold": self.stopped_overall
+            or any(s["stopped_by_failure_threshold"] for s in shards),
+            "changed": sum(s["changed"] for s in shards),
+            "artifact_dir": artifact,
+            "hosts": hosts,
+            "shards": [_shard_view(s) for s in shards]
+            + [{**s, "status": "not_started"} for s in self.not_started],
+            "shards_not_started": [s["name"] for s in self.not_started],
+        }
+
+
+def _not_run(host: str) -> dict[str, Any]:
+    return {
+        "host": host,
+        "status": "not_run",
+        "ok": 0,
+        "changed": 0,
+        "failed": 0,
+        "unreachable": 0,
+        "skipped": 0,
+        "rescued": 0,
+        "ignored": 0,
+        "batch": None,
+        "failed_task": None,
+        "message": None,
+    }
+
+
+def _shard_view(entry: dict[str, Any]) -> dict[str, Any]:
+    """A shard in the summary: its own verdict and counts; per-host results sit on the stage."""
+    counts: dict[str, int] = {}
+    for result in entry["hosts"].values():
+        counts[result["status"]] = counts.get(result["status"], 0) + 1
+    keep = (
+        "name",
+        "worker",
+        "status",
+        "rc",
+        "reached_recap",
+        "batches",
+        "expected_batches",
+        "stopped_by_failure_threshold",
+        "changed",
+        "artifact_dir",
+        "started",
+        "finished",
+    )
+    view = {key: entry.get(key) for key in keep}
+    view["hosts"] = list(entry["hosts"])
+    view["counts"] = counts
+    return view

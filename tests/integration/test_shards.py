@@ -1,0 +1,123 @@
+"""Sharded provisioning on the Docker sandbox: two shards of one node in parallel, and one shard
+through a worker controller (the sandbox controller container as `kiln_workers`), each with the
+same end state and run record shape as an unsharded run.
+
+Works on a copy of the sandbox inventory (never the shared one) and runs preflight,base with
+`base_hosts_manage: false`: a shard's inventory holds only its own hosts plus the controllers, and
+the base role still builds /etc/hosts from the inventory's groups (see docs/scale.md), so letting a
+sharded run write /etc/hosts would shrink it on the shared containers. Slurm is not touched.
+
+The worker test installs Debian's python3-ansible-runner and ansible-core into kiln-ctl (about a
+minute from the Debian archive); set KILN_TEST_WORKER=0 to skip it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+KILN = str(Path(sys.executable).parent / "kiln")
+STAGES = "preflight,base"
+RECORD_KEYS = {"name", "status", "reached_recap", "batches", "hosts", "shards", "changed"}
+
+
+def copy_inventory(sandbox, tmp_path: Path, rollout: dict, extra_hosts: str = "") -> Path:
+    inventory = tmp_path / "inventory"
+    shutil.copytree(sandbox.inventory, inventory)
+    group_vars = inventory / "group_vars" / "all.yml"
+    text = group_vars.read_text()
+    text += f"kiln_rollout: {json.dumps(rollout)}\nbase_hosts_manage: false\n"
+    group_vars.write_text(text)
+    if extra_hosts:
+        hosts = inventory / "hosts.yml"
+        hosts.write_text(hosts.read_text().rstrip("\n") + "\n" + extra_hosts)
+    return inventory
+
+
+def provision(inventory: Path, state: Path) -> tuple[int, dict, str]:
+    proc = subprocess.run(
+        [KILN, "provision", str(inventory), "--stages", STAGES, "--yes", "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KILN_HOME": str(state)},
+        timeout=1800,
+        check=False,
+    )
+    return proc.returncode, json.loads(proc.stdout or "{}"), proc.stderr
+
+
+def statuses(summary: dict) -> dict:
+    return {host: set(stages.values()) for host, stages in summary["hosts"].items()}
+
+
+@pytest.fixture(scope="module")
+def unsharded(sandbox, tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("unsharded")
+    # one compute shard holding every node: the shape of a run before sharding
+    inventory = copy_inventory(sandbox, tmp, {"shard_by": "count", "shard_size": 1000})
+    code, summary, stderr = provision(inventory, tmp / "state")
+    assert code == 0, stderr[-3000:]
+    return summary
+
+
+def test_two_shards_of_one_node_run_in_parallel(sandbox, unsharded, tmp_path):
+    rollout = {"shard_by": "count", "shard_size": 1, "max_parallel_shards": 2}
+    inventory = copy_inventory(sandbox, tmp_path, rollout)
+    code, summary, stderr = provision(inventory, tmp_path / "state")
+    assert code == 0, stderr[-3000:]
+    for entry in summary["stages"]:
+        assert set(entry) >= RECORD_KEYS
+        names = [shard["name"] for shard in entry["shards"]]
+        assert names == ["controllers", "part-001", "part-002"], names
+        one, two = entry["shards"][1:]
+        assert one["started"] <= two["finished"] and two["started"] <= one["finished"]
+    assert set(summary["hosts"]) == set(unsharded["hosts"])
+    assert all(s <= {"ok", "changed"} for s in statuses(summary).values())
+    assert summary["changed"] == 0  # the unsharded run converged them: same end state
+    assert summary["failed_hosts"] == summary["unreachable_hosts"] == []
+    record = Path(summary["record"])
+    assert (record / "shards" / "part-001" / "hosts.json").is_file()
+    exported = json.loads((record / "shards" / "part-002" / "hosts.json").read_text())
+    assert set(exported["all"]["hosts"]) == {"kiln-ctl", sandbox.nodes[-1].name}
+
+
+def _install_worker(sandbox) -> None:
+    install = (
+        "command -v ansible-runner >/dev/null || "
+        "(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+        "python3-ansible-runner ansible-core >/dev/null)"
+    )
+    subprocess.run(["docker", "exec", "kiln-ctl", "sh", "-c", install], check=True, timeout=600)
+    # The worker reaches the nodes with the inventory's key and known_hosts, at the same paths.
+    subprocess.run(
+        ["docker", "exec", "kiln-ctl", "mkdir", "-p", str(sandbox.private_key.parent)], check=True
+    )
+    for path in (sandbox.private_key, sandbox.known_hosts):
+        subprocess.run(["docker", "cp", str(path), f"kiln-ctl:{path}"], check=True)
+
+
+@pytest.mark.skipif(os.environ.get("KILN_TEST_WORKER") == "0", reason="KILN_TEST_WORKER=0")
+def test_shards_through_a_worker_controller(sandbox, unsharded, tmp_path):
+    _install_worker(sandbox)
+    rollout = {"shard_by": "count", "shard_size": 1, "worker_runner": "/usr/bin/ansible-runner"}
+    workers = "    kiln_workers:\n      hosts:\n        kiln-ctl:\n"
+    inventory = copy_inventory(sandbox, tmp_path, rollout, extra_hosts=workers)
+    code, summary, stderr = provision(inventory, tmp_path / "state")
+    assert code == 0, stderr[-3000:] + json.dumps(summary.get("stopped"))
+    for entry in summary["stages"]:
+        compute = [s for s in entry["shards"] if s["name"] != "controllers"]
+        assert compute and all(s["worker"] == "kiln-ctl" for s in compute)
+        assert all(s["reached_recap"] for s in entry["shards"])
+    assert set(summary["hosts"]) == set(unsharded["hosts"])
+    assert all(s <= {"ok", "changed"} for s in statuses(summary).values())
+    assert summary["changed"] == 0
+    artifact = Path(summary["stages"][-1]["shards"][1]["artifact_dir"])
+    assert (artifact / "rc").read_text().strip() == "0"  # artifacts came home
