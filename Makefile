@@ -79,6 +79,7 @@ bench: deps
 	$(BIN)/python bench/judge_scale.py
 	$(BIN)/python bench/engine_overhead.py --hosts 50 200
 	$(BIN)/python bench/exec_fanout.py --plain-user
+	$(BIN)/python bench/scale_cost.py
 
 gpu-check: deps
 	$(BIN)/pytest -q -m gpu tests

@@ -97,6 +97,11 @@ def render_files(cluster: Cluster) -> list[GeneratedFile]:
     return [GeneratedFile(name, render_template(f"{name}.j2", context)) for name in GENERATED_FILES]
 
 
+def render_etc_hosts(cluster: Cluster) -> GeneratedFile:
+    """/etc/hosts for every node, rendered once (a shard's inventory holds only its hosts)."""
+    return GeneratedFile("hosts", render_template("hosts.j2", cluster_context(cluster)))
+
+
 def make_plan(cluster: Cluster, batch_size: int | str | None = None) -> Plan:
     batch_size = batch_size or cluster.rollout.batch_size
     stages = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -63,6 +64,19 @@ def _inventory(provisioned) -> Path:
     return Path(getattr(provisioned, "inventory", provisioned))
 
 
+def _with_overrides(inventory: Path, target: Path) -> Path:
+    """A copy of the inventory whose absolute GEMM floor suits a loaded 2-core CI machine.
+
+    The `none` profile's 1 GFLOPS floor is near what a 1024^3 FP32 GEMM reaches in a container
+    sharing 2 busy cores with others; the slowed node is caught by the relative rule
+    (node_vs_fleet: 50 % of the fleet median), which the copy leaves as the profile sets it.
+    """
+    shutil.copytree(inventory, target)
+    with (target / "group_vars" / "all.yml").open("a", encoding="utf-8") as handle:
+        handle.write("\nkiln_burnin:\n  gemm_tflops_floor: 0.0001\n")
+    return target
+
+
 def _burnin(inventory: Path, home: Path, *extra: str) -> tuple[int, dict, str, float]:
     start = time.monotonic()
     proc = subprocess.run(
@@ -101,7 +115,7 @@ def _container(cluster, node: str) -> str:
 
 
 def test_burnin_passes_then_drains_a_slowed_node_and_resumes_it(provisioned_sandbox, tmp_path):
-    inventory = _inventory(provisioned_sandbox)
+    inventory = _with_overrides(_inventory(provisioned_sandbox), tmp_path / "inventory")
     cluster = require_valid(inventory)
     nodes = [n.name for n in cluster.compute]
     home = tmp_path / "home"
@@ -140,6 +154,8 @@ def test_burnin_passes_then_drains_a_slowed_node_and_resumes_it(provisioned_sand
     assert list(doc["drained"]) == [slow], doc["drained"]
     reason = doc["drained"][slow]
     assert reason.startswith("kiln: gemm"), reason
+    fleet = [v for v in doc["report"]["verdicts"] if v["check"] == "node_vs_fleet"]
+    assert {v["node"]: v["passed"] for v in fleet} == {n: n != slow for n in nodes}
     failing = {v["node"] for v in doc["report"]["verdicts"] if not v["passed"]}
     assert failing == {slow}
     state = _on_controller(cluster, f"scontrol show node {slow}")
@@ -149,8 +165,8 @@ def test_burnin_passes_then_drains_a_slowed_node_and_resumes_it(provisioned_sand
 
     # 3. Quota restored: it passes again and kiln resumes the node it drained.
     rc, doc, stderr, third = _burnin(inventory, home, "--skip-runtime")
+    print(f"burn-in wall times: {first:.0f}s, slowed {second:.0f}s, again {third:.0f}s")
     assert rc == 0, stderr[-4000:]
     assert doc["passed"] is True and doc["resumed"] == [slow] and doc["drained"] == {}
     state = _on_controller(cluster, f"scontrol show node {slow}")
     assert "DRAIN" not in state, state
-    print(f"burn-in wall times: {first:.0f}s, slowed {second:.0f}s, again {third:.0f}s")

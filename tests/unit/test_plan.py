@@ -116,3 +116,13 @@ def test_readme_documents_every_kiln_key():
     readme = (ROOT / "README.md").read_text()
     missing = [key for key in KEYS if f"`{key}`" not in readme]
     assert not missing
+
+
+def test_etc_hosts_is_rendered_once_for_every_node():
+    from kiln.planning import render_etc_hosts
+
+    cluster = require_valid(EXAMPLE)
+    lines = render_etc_hosts(cluster).content.splitlines()
+    assert "10.0.0.10\tslurm-ctl01" in lines
+    assert "10.1.0.128\tgpu128" in lines
+    assert len([line for line in lines if line.startswith("10.")]) == len(cluster.nodes)

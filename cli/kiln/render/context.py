@@ -58,6 +58,11 @@ def cluster_context(cluster: Cluster) -> dict:
         "kiln": {
             "cluster_name": cluster.name,
             "controllers": [{"name": n.name, "address": n.address} for n in cluster.controllers],
+            "hosts": [
+                {"name": n.name, "address": n.address}
+                for n in cluster.nodes
+                if n.is_controller or n.is_compute
+            ],
             "node_groups": node_groups(compute),
             "partitions": [
                 {

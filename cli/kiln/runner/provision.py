@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from kiln.errors import ExitCode, InvalidInputError
 from kiln.inventory.export import export_inventory
-from kiln.planning import render_files
+from kiln.planning import render_etc_hosts, render_files
 from kiln.runner import engine, shards, workers
 from kiln.runner.engine import DEFAULT_FORKS, PlaybookRequest, PlaybookResult
 from kiln.runner.events import CappedLog, EventRecorder, ProgressAggregator, StageProgress
@@ -207,7 +207,10 @@ def _prepare_inputs(cluster: Any, record: RunRecord, options: ProvisionOptions) 
     files_dir.mkdir(parents=True, exist_ok=True)
     for generated in render_files(cluster):
         (files_dir / generated.name).write_text(generated.content)
+    etc_hosts = render_etc_hosts(cluster)
+    (files_dir / etc_hosts.name).write_text(etc_hosts.content)
     options.extravars.setdefault("slurm_common_rendered_dir", str(files_dir))
+    options.extravars.setdefault("base_hosts_file", str(files_dir / etc_hosts.name))
 
 
 class _Run:

@@ -9,7 +9,9 @@ run kiln from the repository that holds the inventory and the records sit beside
     <state>/runs/<run-id>/failed_hosts        hosts that failed, one per line
     <state>/runs/<run-id>/unreachable_hosts   hosts that were unreachable, one per line
     <state>/runs/<run-id>/facts.json          facts saved by the preflight stage
-    <state>/runs/<run-id>/<stage>/            ansible-runner's private data dir (stdout, rc, ...)
+    <state>/runs/<run-id>/<stage>/<shard>/    ansible-runner's private data dir of one shard
+    <state>/runs/<run-id>/shards/<shard>/     the shard's inventory (its hosts + controllers)
+    <state>/runs/<run-id>/files/              cluster-wide files rendered once (slurm.conf)
     <state>/last_run/<inventory-key>          id of the last run on that inventory
     <state>/locks/<inventory-key>.lock        the lock of a provision in progress
     <state>/fact_cache/                       Ansible's jsonfile fact cache
