@@ -6,28 +6,16 @@ Nothing here contacts a host; the plan is computed from the validated model alon
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kiln.inventory import Cluster, Node
+from kiln.inventory import Cluster
 from kiln.render import render_template
 from kiln.render.context import cluster_context
 from kiln.render.hostlist import compress
-from kiln.runner.stages import available_stages
+from kiln.runner.stages import available_stages, stage_hosts
 
 GENERATED_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf")
-
-# Which hosts each stage touches; the stage playbooks target the same groups.
-STAGE_TARGETS: dict[str, Callable[[Node], bool]] = {
-    "preflight": lambda node: True,
-    "base": lambda node: True,
-    "nvidia": lambda node: node.has_gpus,
-    "infiniband": lambda node: bool(node.ib_hcas),
-    "nccl": lambda node: node.has_gpus,
-    "slurm": lambda node: node.is_controller or node.is_compute,
-    "power": lambda node: node.has_gpus,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +94,7 @@ def make_plan(cluster: Cluster, batch_size: int | str | None = None) -> Plan:
     batch_size = batch_size or cluster.rollout.batch_size
     stages = []
     for stage in available_stages():
-        wants = STAGE_TARGETS.get(stage.name, lambda node: True)
-        hosts = [node.name for node in cluster.nodes if wants(node)]
+        hosts = stage_hosts(stage, cluster.groups, [node.name for node in cluster.nodes])
         stages.append(StagePlan(stage.name, stage.summary, hosts, split_batches(hosts, batch_size)))
     return Plan(cluster, stages, render_files(cluster))
 

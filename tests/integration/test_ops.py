@@ -35,10 +35,13 @@ class Provisioned:
 
 @pytest.fixture(scope="module")
 def provisioned_sandbox(sandbox, tmp_path_factory) -> Provisioned:
-    """The sandbox after one full `kiln provision`. Defined here for this module until the
-    shared conftest's fixture of that name takes over (same shape: inventory, state, summary)."""
+    """The sandbox provisioned up to a working Slurm cluster. Defined here for this module
+    until the shared conftest's fixture of that name takes over (same shape: inventory, state,
+    summary); only the stages Slurm needs, so an unrelated stage cannot fail these tests."""
     state = tmp_path_factory.mktemp("kiln-ops")
-    proc = kiln("provision", str(sandbox.inventory), "--yes", "--json", state=state, timeout=1800)
+    stages = ("--stages", "preflight,base,slurm")
+    proc = kiln("provision", str(sandbox.inventory), *stages, "--yes", "--json", state=state,
+                timeout=1800)  # fmt: skip
     assert proc.returncode == 0, f"kiln provision failed:\n{proc.stderr[-4000:]}"
     return Provisioned(sandbox.inventory, state, json.loads(proc.stdout))
 

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from kiln.errors import EnvironmentProblem, ExitCode, InvalidInputError
+from kiln.planning import GeneratedFile
 from kiln.runner import engine, lock, provision, records
 from kiln.runner.events import EventRecorder, failure_message
 from kiln.runner.hostpattern import select_hosts
@@ -92,6 +93,9 @@ def fake_runner(monkeypatch):
 
     monkeypatch.setattr(provision, "export_inventory", export_inventory)
     monkeypatch.setattr(provision, "render_files", lambda cluster: [])
+    monkeypatch.setattr(
+        provision, "render_etc_hosts", lambda cluster: GeneratedFile("hosts", "# test\n")
+    )
     return SimpleNamespace(started=started, script=script, exports=exports)
 
 

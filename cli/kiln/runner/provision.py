@@ -31,7 +31,7 @@ from kiln.runner.records import (
     retry_hosts,
     state_dir,
 )
-from kiln.runner.stages import REFRESH, Stage
+from kiln.runner.stages import REFRESH, Stage, stage_hosts
 
 BATCH_SIZE = re.compile(r"^(?:[1-9][0-9]*|(?:[1-9][0-9]?|100)%)$")
 STATUS_RANK = {"ok": 0, "changed": 1, "not_run": 2, "aborted": 3, "unreachable": 4, "failed": 5}
@@ -123,15 +123,20 @@ def stage_plan(
 ) -> tuple[list[tuple[Stage, list[str]]], dict[str, Any] | None]:
     """Which stage runs on which hosts. With --new-nodes: REFRESH (the cluster-wide files) on
     the controllers and the provisioned nodes, then every stage on the new nodes only."""
+    groups = getattr(cluster, "groups", None)
+
+    def on(stage: Stage, hosts: list[str]) -> list[str]:
+        return stage_hosts(stage, groups, hosts) if groups is not None else hosts
+
     if not options.new_nodes:
-        return [(stage, targets) for stage in options.stages], None
+        return [(stage, on(stage, targets)) for stage in options.stages], None
     new, existing = split_new_nodes(cluster, targets, state)
     controllers = {n.name for n in cluster.nodes if getattr(n, "is_controller", False)}
     refresh = [h for h in targets if h in controllers or h in existing]
     plan: list[tuple[Stage, list[str]]] = []
     if new and refresh:
         plan.append((REFRESH, refresh))
-    plan += [(stage, new) for stage in options.stages] if new else []
+    plan += [(stage, on(stage, new)) for stage in options.stages] if new else []
     return plan, {"new": new, "existing": existing, "refreshed": refresh if new else []}
 
 

@@ -18,6 +18,8 @@ class Stage:
     name: str
     playbook: str
     summary: str
+    # The inventory groups the stage's plays target; hosts outside them are not run on.
+    groups: tuple[str, ...] = ("kiln_controllers", "kiln_compute")
 
     def path(self, playbooks_dir: Path = PLAYBOOKS_DIR) -> Path:
         return (playbooks_dir / self.playbook).resolve()
@@ -26,11 +28,16 @@ class Stage:
 STAGES: tuple[Stage, ...] = (
     Stage("preflight", "preflight.yml", "gathered facts against the declared hardware"),
     Stage("base", "base.yml", "hostnames, /etc/hosts, chrony, packages, memlock, package holds"),
-    Stage("nvidia", "nvidia.yml", "driver, fabric manager, persistenced, DCGM, CUDA"),
+    Stage(
+        "nvidia",
+        "nvidia.yml",
+        "driver, fabric manager, persistenced, DCGM, CUDA",
+        ("kiln_compute",),
+    ),
     Stage("infiniband", "infiniband.yml", "rdma stack, IPoIB, subnet manager, link checks"),
-    Stage("nccl", "nccl.yml", "NCCL and nccl-tests"),
+    Stage("nccl", "nccl.yml", "NCCL and nccl-tests", ("kiln_compute",)),
     Stage("slurm", "slurm.yml", "munge, slurmctld, slurmd, GRES, topology"),
-    Stage("power", "power.yml", "persistence mode, power limits, clocks"),
+    Stage("power", "power.yml", "persistence mode, power limits, clocks", ("kiln_compute",)),
 )
 
 
@@ -65,3 +72,9 @@ def select_stages(names: str | None, playbooks_dir: Path = PLAYBOOKS_DIR) -> lis
             hint=f"available: {', '.join(sorted(offered, key=list(known).index))}",
         )
     return [stage for stage in available if stage.name in wanted]
+
+
+def stage_hosts(stage: Stage, groups: dict[str, tuple[str, ...]], hosts: list[str]) -> list[str]:
+    """`hosts` that the stage's plays target, in order."""
+    wanted = {host for group in stage.groups for host in groups.get(group, ())}
+    return [host for host in hosts if host in wanted]
