@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,26 +23,6 @@ KILN = str(Path(sys.executable).parent / "kiln")
 CTL = config.CONTROLLER
 NODE1, NODE2 = config.node_name(1), config.node_name(2)
 KEY = "/etc/munge/munge.key"
-
-
-@dataclass(frozen=True)
-class Provisioned:
-    inventory: Path
-    state: Path
-    summary: dict
-
-
-@pytest.fixture(scope="module")
-def provisioned_sandbox(sandbox, tmp_path_factory) -> Provisioned:
-    """The sandbox provisioned up to a working Slurm cluster. Defined here for this module
-    until the shared conftest's fixture of that name takes over (same shape: inventory, state,
-    summary); only the stages Slurm needs, so an unrelated stage cannot fail these tests."""
-    state = tmp_path_factory.mktemp("kiln-ops")
-    stages = ("--stages", "preflight,base,slurm")
-    proc = kiln("provision", str(sandbox.inventory), *stages, "--yes", "--json", state=state,
-                timeout=1800)  # fmt: skip
-    assert proc.returncode == 0, f"kiln provision failed:\n{proc.stderr[-4000:]}"
-    return Provisioned(sandbox.inventory, state, json.loads(proc.stdout))
 
 
 def kiln(*args: str, state: Path, timeout: float = 600) -> subprocess.CompletedProcess:
