@@ -51,8 +51,8 @@ def provisioned_sandbox(tmp_path_factory) -> Path:
     inventory = Path(up.stdout.strip().splitlines()[-1])
     try:
         prov = subprocess.run(
-            [KILN, "provision", str(inventory), "--yes"], env=env, capture_output=True,
-            text=True, timeout=1800, check=False,
+            [KILN, "provision", str(inventory), "--stages", "preflight,base,slurm", "--yes"],
+            env=env, capture_output=True, text=True, timeout=1800, check=False,
         )  # fmt: skip
         assert prov.returncode == 0, prov.stderr[-4000:]
         yield inventory

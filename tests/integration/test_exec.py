@@ -70,3 +70,22 @@ def test_timeout_is_enforced(sandbox):
     # the killed command is gone from every node
     proc = kiln_exec(sandbox, "--nodes", "kiln_compute", "--", "pgrep -x sleep || echo none")
     assert proc.stdout == f"---- {compress(compute)} ({len(compute)}) ----\nnone\n"
+
+
+def test_a_stopped_node_is_unreachable_while_the_rest_answer(sandbox):
+    victim = sandbox.nodes[-1].name
+    others = [node.name for node in sandbox.nodes if node.name != victim]
+    subprocess.run(["docker", "stop", "-t", "2", victim], check=True, capture_output=True)
+    try:
+        proc = kiln_exec(sandbox, "--json", "--", "hostname")
+    finally:
+        subprocess.run(["docker", "start", victim], check=True, capture_output=True)
+    assert proc.returncode == 1, proc.stderr
+    status = {node["name"]: node["status"] for node in json.loads(proc.stdout)["nodes"]}
+    assert status == {**dict.fromkeys(others, "ok"), victim: "unreachable"}
+    # The node comes back with systemd; give sshd a moment so later tests find it answering.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if kiln_exec(sandbox, "--nodes", victim, "--", "true").returncode == 0:
+            break
+        time.sleep(2)
