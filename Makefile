@@ -73,6 +73,7 @@ test: lint test-unit test-integration test-molecule
 demo: deps docker
 	$(BIN)/kiln sandbox up --nodes 2
 	$(BIN)/kiln provision inventories/sandbox --yes
+	$(BIN)/kiln burnin inventories/sandbox --suite quick
 
 bench: deps
 	$(BIN)/python bench/inventory_scale.py

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from kiln.errors import KilnError
 from kiln.inventory import require_valid
 
 pytestmark = pytest.mark.integration
@@ -27,37 +26,6 @@ pytestmark = pytest.mark.integration
 VENV_BIN = Path(sys.executable).parent
 KILN = str(VENV_BIN / "kiln")
 SECONDS = "5"  # GEMM seconds per node: the verdict needs a figure, not a benchmark
-
-
-@pytest.fixture(scope="session")
-def provisioned_sandbox(tmp_path_factory) -> Path:
-    """Its own sandbox instance (KILN_SANDBOX=kbt), provisioned; removed afterwards.
-
-    The shared `provisioned_sandbox` of tests/integration/conftest.py replaces this one.
-    """
-    from kiln.sandbox.docker import require_docker
-
-    try:
-        require_docker()
-    except KilnError as error:
-        pytest.skip(f"Docker is not available: {error.message}")
-    home = tmp_path_factory.mktemp("kiln-burnin-home")
-    env = {**os.environ, "KILN_SANDBOX": "kbt", "KILN_HOME": str(home)}
-    up = subprocess.run(
-        [KILN, "sandbox", "up", "--nodes", "2"], env=env, capture_output=True, text=True,
-        timeout=900, check=False,
-    )  # fmt: skip
-    assert up.returncode == 0, up.stderr
-    inventory = Path(up.stdout.strip().splitlines()[-1])
-    try:
-        prov = subprocess.run(
-            [KILN, "provision", str(inventory), "--stages", "preflight,base,slurm", "--yes"],
-            env=env, capture_output=True, text=True, timeout=1800, check=False,
-        )  # fmt: skip
-        assert prov.returncode == 0, prov.stderr[-4000:]
-        yield inventory
-    finally:
-        subprocess.run([KILN, "sandbox", "down"], env=env, capture_output=True, check=False)
 
 
 def _inventory(provisioned) -> Path:

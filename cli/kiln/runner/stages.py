@@ -36,7 +36,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage("infiniband", "infiniband.yml", "rdma stack, IPoIB, subnet manager, link checks"),
     Stage("nccl", "nccl.yml", "NCCL and nccl-tests", ("kiln_compute",)),
-    Stage("slurm", "slurm.yml", "munge, slurmctld, slurmd, GRES, topology"),
+    Stage("slurm", "slurm.yml", "munge, slurmdbd when accounting is on, slurmctld, slurmd, GRES"),
     Stage("power", "power.yml", "persistence mode, power limits, clocks", ("kiln_compute",)),
 )
 
