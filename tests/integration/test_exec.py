@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -72,7 +73,7 @@ def test_timeout_is_enforced(sandbox):
     assert proc.stdout == f"---- {compress(compute)} ({len(compute)}) ----\nnone\n"
 
 
-def test_a_stopped_node_is_unreachable_while_the_rest_answer(sandbox):
+def test_a_stopped_node_is_unreachable_while_the_rest_answer(sandbox, tmp_path):
     victim = sandbox.nodes[-1].name
     others = [node.name for node in sandbox.nodes if node.name != victim]
     subprocess.run(["docker", "stop", "-t", "2", victim], check=True, capture_output=True)
@@ -83,9 +84,17 @@ def test_a_stopped_node_is_unreachable_while_the_rest_answer(sandbox):
     assert proc.returncode == 1, proc.stderr
     status = {node["name"]: node["status"] for node in json.loads(proc.stdout)["nodes"]}
     assert status == {**dict.fromkeys(others, "ok"), victim: "unreachable"}
-    # The node comes back with systemd; give sshd a moment so later tests find it answering.
+    # The node comes back with systemd; once sshd answers, put back what Docker reset on
+    # restart (its /etc/hosts) so later tests find the node as the stages left it.
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if kiln_exec(sandbox, "--nodes", victim, "--", "true").returncode == 0:
             break
         time.sleep(2)
+    restored = subprocess.run(
+        [KILN, "provision", str(sandbox.inventory), "--stages", "base", "--limit", victim,
+         "--yes"],
+        capture_output=True, text=True, timeout=900, check=False,
+        env={**os.environ, "KILN_HOME": str(tmp_path / "state")},
+    )  # fmt: skip
+    assert restored.returncode == 0, restored.stderr[-3000:]
