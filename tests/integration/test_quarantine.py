@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,16 @@ def on(container: str, *argv: str) -> str:
 def reasons() -> dict[str, str]:
     lines = on(CTL, "sinfo", "--noheader", "--Node", "--format", "%N|%T|%E").splitlines()
     return {n: f"{s}|{r}" for n, s, r in (line.split("|", 2) for line in lines)}
+
+
+def wait_idle(nodes: list[str], seconds: float = 90) -> dict[str, str]:
+    """Slurm's view once `nodes` are idle (a node just resumed or restarted may lag)."""
+    deadline = time.monotonic() + seconds
+    while not all((now := reasons())[n].startswith("idle|") for n in nodes):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    return now
 
 
 def kiln(*args: str, state: Path) -> subprocess.CompletedProcess:
@@ -70,7 +81,8 @@ def test_new_and_changed_nodes_join_drained_and_kiln_resumes_them(provisioned_sa
 
         resumed = kiln("resume", str(inventory), ",".join(NODES), state=state)
         assert resumed.returncode == 0, resumed.stderr
-        assert all(reasons()[n].startswith("idle|") for n in NODES)
+        seen = wait_idle(NODES)
+        assert all(seen[n].startswith("idle|") for n in NODES), seen
 
         # Different hardware on one node (what kiln recorded no longer matches): back in
         # quarantine with that reason.
@@ -78,7 +90,7 @@ def test_new_and_changed_nodes_join_drained_and_kiln_resumes_them(provisioned_sa
         changed = kiln("provision", str(inventory), "--stages", "slurm", "--yes", state=state)
         assert changed.returncode == 0, changed.stderr[-3000:]
         assert reasons()[NODES[1]].split("|", 1)[1].startswith("kiln: hardware changed")
-        assert reasons()[NODES[0]].startswith("idle|")
+        assert wait_idle(NODES[:1])[NODES[0]].startswith("idle|")
     finally:
         kiln("resume", str(inventory), ",".join(NODES), state=state)
         restore = kiln("provision", str(provisioned_sandbox.inventory), "--stages", "slurm",
