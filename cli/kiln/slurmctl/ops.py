@@ -95,6 +95,16 @@ def _apply(
             change.message = f"still {shown} after scontrol update"
 
 
+def _begin(cluster, nodes, runner, verb, **options):
+    """The controller, the result, and each selected node with its state before the change."""
+    ctl = Controller(cluster, **({"runner": runner} if runner else {}))
+    result = OpResult(verb, ctl.name, **options)
+    before = ctl.nodes()
+    changes = [(node, NodeChange(node.name, before.get(node.name))) for node in nodes]
+    result.nodes.extend(change for _, change in changes)
+    return ctl, result, changes
+
+
 def drain(
     cluster: Cluster,
     nodes: Sequence[Node],
@@ -104,13 +114,9 @@ def drain(
     runner: Runner | None = None,
 ) -> OpResult:
     reason = commands.kiln_reason(text, user)  # refused before anything is run
-    ctl = Controller(cluster, **({"runner": runner} if runner else {}))
-    result = OpResult("drain", ctl.name, reason=reason)
-    before = ctl.nodes()
+    ctl, result, changes = _begin(cluster, nodes, runner, "drain", reason=reason)
     targets: list[NodeChange] = []
-    for node in nodes:
-        change = NodeChange(node.name, before.get(node.name))
-        result.nodes.append(change)
+    for node, change in changes:
         state = change.before
         if state is None:
             _classify_unknown(node, change)
@@ -139,13 +145,9 @@ def resume(
     force: bool = False,
     runner: Runner | None = None,
 ) -> OpResult:
-    ctl = Controller(cluster, **({"runner": runner} if runner else {}))
-    result = OpResult("resume", ctl.name, force=force)
-    before = ctl.nodes()
+    ctl, result, changes = _begin(cluster, nodes, runner, "resume", force=force)
     targets: list[NodeChange] = []
-    for node in nodes:
-        change = NodeChange(node.name, before.get(node.name))
-        result.nodes.append(change)
+    for node, change in changes:
         state = change.before
         if state is None:
             _classify_unknown(node, change)
