@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from kiln.errors import ExitCode, InvalidInputError
 from kiln.inventory.export import export_inventory
+from kiln.planning import batch_count as batch_size_for
 from kiln.planning import render_etc_hosts, render_files
 from kiln.runner import engine, shards, workers
 from kiln.runner.engine import DEFAULT_FORKS, PlaybookRequest, PlaybookResult
@@ -82,13 +83,8 @@ def normalize_batch_size(value: object) -> str:
 
 def batch_count(hosts: int, batch_size: str) -> int:
     """How many batches Ansible's `serial` makes of `hosts` hosts."""
-    if hosts == 0:
-        return 0
-    if batch_size.endswith("%"):
-        size = max(1, int(hosts * int(batch_size[:-1]) / 100))
-    else:
-        size = int(batch_size)
-    return -(-hosts // size)
+    size = batch_size_for(batch_size, hosts)
+    return -(-hosts // size) if size else 0
 
 
 def _managed(node: Any) -> bool:
