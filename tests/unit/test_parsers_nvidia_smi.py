@@ -1,16 +1,44 @@
-"""nvidia-smi -q -x and --query-gpu CSV against recorded real outputs."""
+"""nvidia-smi -q -x, --query-gpu CSV and nvlink --status against recorded real outputs."""
 
 from pathlib import Path
 
 import pytest
 
 from kiln.parsers import ParseError
-from kiln.parsers.nvidia_smi import parse_query_gpu_csv, parse_xml
+from kiln.parsers.nvidia_smi import (
+    Gpu,
+    NvlinkState,
+    RemappedRows,
+    RetiredPages,
+    parse_nvlink_status,
+    parse_query_gpu_csv,
+    parse_xml,
+)
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
-A100_XML = FIXTURES / "real/nvidia-smi-q-x/a100_sxm4_80gb_mig_telegraf.xml"
+REAL_XML = FIXTURES / "real/nvidia-smi-q-x"
+A100_XML = REAL_XML / "a100_sxm4_80gb_mig_telegraf.xml"
+T4_XML = REAL_XML / "tesla_t4_telegraf.xml"
+V100S_8GPU_XML = REAL_XML / "tesla_v100s_pcie_32gb_8gpu_datakit.xml"
 A100_FAULTY_XML = FIXTURES / "derived/nvidia-smi-q-x/a100_sxm4_80gb_faulty_ecc_thermal.xml"
 H100_CSV = FIXTURES / "real/nvidia-smi-query-gpu-csv/h100_80gb_hbm3_allfields_idle.csv"
+NVLINK = FIXTURES / "real/nvidia-smi-nvlink"
+H100_PCIE_NVLINK = NVLINK / "h100_pcie_2gpu_nvlink_bridge_hpe.txt"
+V100_BAD_NVLINK = NVLINK / "v100_sxm2_7gpu_inactive_links_azhpc.txt"
+
+
+def _memory_fault(gpu: Gpu) -> list[str]:
+    """What in the model says a GPU's memory needs attention (how kiln judges it)."""
+    faults = []
+    if gpu.ecc_errors.volatile_uncorrectable or gpu.ecc_errors.aggregate_uncorrectable:
+        faults.append("uncorrectable ECC")
+    if gpu.retired_pages.pending or gpu.retired_pages.double_bit:
+        faults.append("retired pages")
+    if gpu.remapped_rows.pending or gpu.remapped_rows.failure or gpu.remapped_rows.uncorrectable:
+        faults.append("row remapping")
+    if gpu.reset_required:
+        faults.append("reset required")
+    return faults
 
 
 def test_xml_a100_header_and_identity() -> None:
@@ -69,6 +97,144 @@ def test_xml_faulty_gpu_derived() -> None:
     assert gpu.ecc_errors.volatile_correctable == 0
     assert gpu.active_clock_event_reasons == ["hw_slowdown", "hw_thermal_slowdown"]
     assert gpu.reset_required is True
+
+
+def test_xml_faulty_derived_is_judged_faulty() -> None:
+    gpu = parse_xml(A100_FAULTY_XML.read_text()).gpus[0]
+    assert _memory_fault(gpu) == ["uncorrectable ECC", "reset required"]
+
+
+@pytest.mark.parametrize("path", sorted(REAL_XML.glob("*.xml")), ids=lambda p: p.name)
+def test_xml_real_samples_are_healthy(path: Path) -> None:
+    # None of the public real captures shows a memory fault; each GPU must read as healthy.
+    log = parse_xml(path.read_text())
+    assert log.gpu_count >= 1
+    for gpu in log.gpus:
+        assert gpu.ecc_mode_current is True
+        assert _memory_fault(gpu) == []
+
+
+def test_xml_v100s_8gpu_header_and_identity() -> None:
+    log = parse_xml(V100S_8GPU_XML.read_text())
+    assert log.timestamp == "Thu Sep 15 13:55:33 2022"
+    assert (log.driver_version, log.cuda_version) == ("460.73.01", "11.2")
+    assert log.attached_gpus == log.gpu_count == 8
+    assert {g.product_name for g in log.gpus} == {"Tesla V100S-PCIE-32GB"}
+    assert [g.index for g in log.gpus] == list(range(8))
+    assert [g.pci_bus_id for g in log.gpus] == [
+        f"00000000:00:{dev}.0" for dev in ("0D", "0E", "0F", "10", "11", "12", "13", "14")
+    ]
+    assert [g.serial for g in log.gpus] == [
+        "1562920006088",
+        "1562920005886",
+        "1563320001045",
+        "1562920007325",
+        "1562920005822",
+        "1562920005539",
+        "1562920007403",
+        "1562920006372",
+    ]
+    assert [g.uuid for g in log.gpus] == [
+        "GPU-76098dc1-d3bc-9a1b-7ea6-f7b48837829e",
+        "GPU-bbf7a241-bf9a-eb90-b2fb-d213294faf48",
+        "GPU-8f75e71c-23dd-a060-d997-4caf592954db",
+        "GPU-3181eb56-505c-8214-ba05-c132f68f89b8",
+        "GPU-2aa87d54-d4ff-2900-812b-1a4b7e119583",
+        "GPU-39c3a168-9034-0b5a-223a-1042f30a9242",
+        "GPU-d2446f91-171e-1b54-515d-9d9b03484ddf",
+        "GPU-1d955959-c95b-4f40-2cac-100d3006ffe2",
+    ]
+    gpu = log.gpus[0]
+    # Driver 460 (DTD v11) has no product_architecture, gpu_module_id, fabric or reset status.
+    assert gpu.product_architecture is None
+    assert gpu.module_id is None
+    assert gpu.fabric_state is None and gpu.fabric_status is None
+    assert gpu.reset_required is None
+    assert gpu.board_part_number is None
+    assert gpu.vbios_version == "88.00.98.00.01"
+    assert gpu.memory_total_mib == 32510
+    assert (gpu.pcie_gen_current, gpu.pcie_gen_max) == (3, 3)
+    assert (gpu.pcie_width_current, gpu.pcie_width_max) == (16, 16)
+    assert not gpu.mig_mode_current and gpu.mig_device_count == 0
+
+
+def test_xml_v100s_8gpu_modes_power_ecc() -> None:
+    gpus = parse_xml(V100S_8GPU_XML.read_text()).gpus
+    for gpu in gpus:
+        assert gpu.persistence_mode is False
+        assert (gpu.ecc_mode_current, gpu.ecc_mode_pending) == (True, True)
+        power = gpu.power
+        # Old <power_readings>: <power_limit> and <enforced_power_limit>, no requested limit.
+        assert (power.current_limit_w, power.enforced_limit_w) == (250.0, 250.0)
+        assert (power.default_limit_w, power.min_limit_w, power.max_limit_w) == (
+            250.0,
+            100.0,
+            250.0,
+        )
+        assert power.requested_limit_w is None
+        # Old single_bit/double_bit ECC totals.
+        ecc = gpu.ecc_errors
+        assert (ecc.volatile_correctable, ecc.volatile_uncorrectable) == (0, 0)
+        assert (ecc.aggregate_correctable, ecc.aggregate_uncorrectable) == (0, 0)
+        assert (gpu.retired_pages.single_bit, gpu.retired_pages.double_bit) == (0, 0)
+        assert gpu.retired_pages.pending is False
+        # V100 retires pages; <remapped_rows>N/A</remapped_rows>.
+        assert gpu.remapped_rows == RemappedRows(None, None, None, None)
+        assert (gpu.temperature.slowdown_c, gpu.temperature.shutdown_c) == (87, 90)
+        assert gpu.temperature.max_operating_c == 83
+        assert gpu.clocks.max_sm_mhz == 1597
+    assert [g.power.draw_w for g in gpus] == [
+        232.8,
+        152.03,
+        67.57,
+        198.41,
+        117.99,
+        85.8,
+        68.14,
+        61.47,
+    ]
+    assert [g.temperature.gpu_c for g in gpus] == [66, 58, 57, 61, 59, 64, 61, 57]
+    assert [g.temperature.memory_c for g in gpus] == [63, 56, 55, 59, 58, 62, 56, 53]
+    # Two of the eight GPUs were held at the power cap when the snapshot was taken.
+    capped = [g.index for g in gpus if g.active_clock_event_reasons == ["sw_power_cap"]]
+    assert capped == [3, 6]
+    assert all(g.active_clock_event_reasons == [] for g in gpus if g.index not in capped)
+
+
+def test_xml_t4() -> None:
+    log = parse_xml(T4_XML.read_text())
+    assert (log.driver_version, log.cuda_version) == ("515.105.01", "11.7")
+    assert log.attached_gpus == log.gpu_count == 1
+    gpu = log.gpus[0]
+    assert gpu.product_name == "Tesla T4"
+    assert gpu.product_architecture == "Turing"
+    assert gpu.pci_bus_id == "00000000:00:1E.0"
+    assert gpu.serial == "0000000000000"
+    assert gpu.uuid == "GPU-d37e67a5-91dd-3774-a5cb-99096249601a"
+    assert gpu.module_id == 0
+    assert gpu.persistence_mode is False
+    assert (gpu.ecc_mode_current, gpu.ecc_mode_pending) == (True, True)
+    # sram/dram counters without the parity/secded split.
+    ecc = gpu.ecc_errors
+    assert (ecc.volatile_correctable, ecc.volatile_uncorrectable) == (0, 0)
+    assert (ecc.aggregate_correctable, ecc.aggregate_uncorrectable) == (0, 0)
+    assert gpu.retired_pages == RetiredPages(single_bit=0, double_bit=0, pending=False)
+    assert gpu.remapped_rows.failure is None
+    power = gpu.power
+    assert power.draw_w == pytest.approx(26.78)
+    assert (power.current_limit_w, power.enforced_limit_w, power.default_limit_w) == (70.0,) * 3
+    assert (power.min_limit_w, power.max_limit_w) == (60.0, 70.0)
+    assert power.requested_limit_w is None
+    assert gpu.memory_total_mib == 15360
+    # The card trained at x8 in a x16 slot: both widths are reported.
+    assert (gpu.pcie_width_current, gpu.pcie_width_max) == (8, 16)
+    assert (gpu.temperature.gpu_c, gpu.temperature.slowdown_c, gpu.temperature.shutdown_c) == (
+        40,
+        93,
+        96,
+    )
+    assert gpu.fabric_state is None
+    assert gpu.active_clock_event_reasons == []
 
 
 def test_xml_malformed_names_line() -> None:
@@ -140,3 +306,68 @@ def test_csv_missing_header() -> None:
     row = H100_CSV.read_text().splitlines()[1]
     with pytest.raises(ParseError, match="not a --query-gpu header"):
         parse_query_gpu_csv(row)
+
+
+def test_nvlink_h100_pcie_bridge() -> None:
+    status = parse_nvlink_status(H100_PCIE_NVLINK.read_text())
+    assert sorted(status) == [0, 1]
+    for links in status.values():
+        assert [state.link for state in links] == list(range(18))
+        inactive = [state.link for state in links if not state.active]
+        # NVLink bridges join 12 of the 18 links of a PCIe H100 (topo -m: NV12).
+        assert inactive == [4, 5, 10, 11, 16, 17]
+        assert {state.speed_gbs for state in links if state.active} == {26.562}
+    assert status[0][0] == NvlinkState(link=0, active=True, speed_gbs=26.562)
+    assert status[0][4] == NvlinkState(link=4, active=False, speed_gbs=None)
+
+
+def test_nvlink_v100_missing_gpu_and_dead_links() -> None:
+    status = parse_nvlink_status(V100_BAD_NVLINK.read_text())
+    # An 8-GPU node: GPU 7 is not listed at all, and its six peers' link ends are down.
+    assert sorted(set(range(8)) - status.keys()) == [7]
+    assert {gpu: len(links) for gpu, links in status.items()} == dict.fromkeys(range(7), 6)
+    inactive = {
+        gpu: [state.link for state in links if not state.active]
+        for gpu, links in status.items()
+        if any(not state.active for state in links)
+    }
+    assert inactive == {3: [3, 5], 4: [1], 5: [0, 4], 6: [1]}
+    speeds = {state.speed_gbs for links in status.values() for state in links}
+    assert speeds == {25.781, None}
+
+
+def test_nvlink_all_links_down_message() -> None:
+    # No real capture of this case was found. The sentence is the one nvidia-smi prints when a
+    # GPU has no active NVLink, as quoted in leptonai/gpud's nvlink component; the GPU header
+    # and the indent around it are assumed. The GPU is listed with no links.
+    text = (
+        "GPU 0: NVIDIA H100 PCIe (UUID: GPU-6968dfc2-d444-d92c-c36b-6abe53445cb9)\n"
+        "\t Unable to retrieve NVLink information as all links are inActive\n"
+    )
+    assert parse_nvlink_status(text) == {0: []}
+
+
+def test_nvlink_unknown_line_names_line() -> None:
+    lines = H100_PCIE_NVLINK.read_text().splitlines()
+    lines[3] = lines[3].replace("GB/s", "GT/s")
+    with pytest.raises(ParseError) as info:
+        parse_nvlink_status("\n".join(lines))
+    assert info.value.tool == "nvidia-smi nvlink --status"
+    assert info.value.line_no == 4
+    assert "not a link line" in str(info.value)
+
+
+def test_nvlink_link_before_gpu() -> None:
+    lines = V100_BAD_NVLINK.read_text().splitlines()
+    with pytest.raises(ParseError, match="before any 'GPU n:' line") as info:
+        parse_nvlink_status("\n".join(lines[1:]))
+    assert info.value.line_no == 1
+
+
+def test_nvlink_duplicate_gpu_and_empty() -> None:
+    text = H100_PCIE_NVLINK.read_text().replace("GPU 1:", "GPU 0:")
+    with pytest.raises(ParseError, match="GPU 0 listed twice") as info:
+        parse_nvlink_status(text)
+    assert info.value.line_no == 20
+    with pytest.raises(ParseError, match="no 'GPU n:' line"):
+        parse_nvlink_status("\n")

@@ -126,3 +126,34 @@ def test_etc_hosts_is_rendered_once_for_every_node():
     assert "10.0.0.10\tslurm-ctl01" in lines
     assert "10.1.0.128\tgpu128" in lines
     assert len([line for line in lines if line.startswith("10.")]) == len(cluster.nodes)
+
+
+def test_export_carries_the_validated_versions_with_defaults_filled(tmp_path):
+    """The nvidia and nccl stages read kiln_versions; a partial one gets the table's defaults."""
+    from kiln.inventory.export import export_inventory
+    from kiln.profiles import load_compat
+
+    inventory = tmp_path / "inv"
+    write_example(inventory, 4)
+    group_vars = inventory / "group_vars" / "all.yml"
+    text = group_vars.read_text()
+    assert "kiln_versions" in text
+    exported = json.loads(export_inventory(require_valid(inventory), tmp_path / "out").read_text())
+    assert exported["all"]["vars"]["kiln_versions"] == {
+        "driver_branch": 570,
+        "cuda": "12.8",
+        "nccl": "2.25.1",
+        "slurm": "24.05",
+    }
+    assert all(
+        "kiln_versions" not in (variables or {}) for variables in exported["all"]["hosts"].values()
+    )
+    default = load_compat().default_versions().model_dump()
+    minimal = tmp_path / "minimal"
+    minimal.mkdir()
+    (minimal / "hosts.yml").write_text(
+        "all:\n  children:\n    kiln_controllers:\n      hosts: {ctl: {kiln_gpu_model: none}}\n"
+        "    kiln_compute:\n      hosts: {gpu001: {kiln_gpu_model: h100-sxm, kiln_rack: r1}}\n"
+    )
+    exported = json.loads(export_inventory(require_valid(minimal), tmp_path / "o2").read_text())
+    assert exported["all"]["vars"]["kiln_versions"] == default

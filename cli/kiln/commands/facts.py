@@ -17,9 +17,19 @@ def _gpus(facts: dict[str, Any]) -> str:
     declared = facts.get("declared", {})
     shown = facts.get("gpu_count", 0)
     text = f"{shown}/{declared.get('gpu_count', 0)} {declared.get('gpu_model', '')}".strip()
-    smi = facts.get("nvidia_smi") or []
-    drivers = {gpu.get("driver_version") for gpu in smi if gpu.get("driver_version")}
-    return text + (f" (driver {', '.join(sorted(drivers))})" if drivers else "")
+    smi = facts.get("nvidia_smi") or {}
+    if smi.get("error"):
+        return f"{text} (nvidia-smi failed: {smi['error'][:60]})"
+    if smi.get("gpus"):
+        models = sorted({gpu["product_name"] or "unknown" for gpu in smi["gpus"]})
+        text += f" ({smi['gpu_count']}x {', '.join(models)}, driver {smi['driver_version']})"
+    return text
+
+
+def _stack(facts: dict[str, Any]) -> str:
+    stack = facts.get("gpu_stack") or {}
+    parts = [f"{name} {stack[name]}" for name in ("driver", "cuda", "nccl") if stack.get(name)]
+    return ", ".join(parts) or "-"
 
 
 def _bmc(facts: dict[str, Any]) -> str:
@@ -56,6 +66,7 @@ def facts(
         "cpus",
         "memory GiB",
         "GPUs shown/declared",
+        "driver, CUDA, NCCL packages",
         "IB HCAs",
         "BMC",
     ):
@@ -68,6 +79,7 @@ def facts(
             str(item.get("cpus", "")),
             f"{int(item.get('memory_mb', 0)) / 1024:.1f}",
             _gpus(item),
+            _stack(item),
             ", ".join(item.get("ib_hcas") or []) or "-",
             _bmc(item),
         )

@@ -67,7 +67,12 @@ def export_inventory(cluster: Cluster, directory: Path, hosts: list[str] | None 
     names = hosts if hosts is not None else [node.name for node in cluster.nodes]
     chosen = set(names)
     per_host = {name: resolved_vars(cluster.node(name)) for name in names}
+    for variables in per_host.values():
+        variables.pop("kiln_versions", None)
     all_vars = _hoist(list(per_host.values()))
+    # The versions as validated, defaults filled from the compatibility table: the nvidia and
+    # nccl stages install exactly these.
+    all_vars["kiln_versions"] = cluster.versions.model_dump()
     children: dict[str, dict] = {}
     for group, members in cluster.groups.items():
         if group in ("all", "ungrouped"):

@@ -1,4 +1,4 @@
-"""`nvidia-smi -q -x` (XML) and `nvidia-smi --query-gpu=... --format=csv`.
+"""`nvidia-smi -q -x` (XML), `nvidia-smi --query-gpu=... --format=csv` and `nvidia-smi nvlink -s`.
 
 The XML schema changed over driver branches (nvsmi_device_v10..v12 and later): clock "throttle"
 reasons became "event" reasons, `power_readings` became `gpu_power_readings` (and lost
@@ -7,7 +7,8 @@ This parser reads all of those spellings into one model. Placeholders ("N/A", "[
 "Requested functionality has been deprecated") become None.
 
 Per-link NVLink state is not part of `nvidia-smi -q -x`; what the XML carries is the NVSwitch
-fabric registration (`<fabric><state>`/`<status>`), which is read into `Gpu.fabric_state`.
+fabric registration (`<fabric><state>`/`<status>`), which is read into `Gpu.fabric_state`. The
+links themselves come from `nvidia-smi nvlink --status` (`-s`), read by `parse_nvlink_status`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from kiln.parsers._common import clean, flag, integer, number
 
 TOOL_XML = "nvidia-smi -q -x"
 TOOL_CSV = "nvidia-smi --query-gpu"
+TOOL_NVLINK = "nvidia-smi nvlink --status"
 
 
 @dataclass(frozen=True, slots=True)
@@ -429,4 +431,71 @@ def parse_query_gpu_csv(text: str, fields: Sequence[str] | None = None) -> list[
             for name, value in zip(names, row, strict=True)
         }
         result.append(QueryGpuRow(line_no=line_no, values=values, units=dict(units)))
+    return result
+
+
+# --- nvlink --status ---------------------------------------------------------------------------
+
+_NVLINK_GPU = re.compile(r"^GPU (?P<index>\d+): .*$")
+_NVLINK_LINK = re.compile(
+    r"^\s+Link (?P<link>\d+): (?:(?P<inactive><inactive>)|(?P<speed>\d+(?:\.\d+)?) GB/s)\s*$"
+)
+# nvidia-smi's sentence for a GPU whose links are all inactive ("Unable to retrieve NVLink
+# information as all links are inActive").
+_NVLINK_NONE = "unable to retrieve nvlink information"
+
+
+@dataclass(frozen=True, slots=True)
+class NvlinkState:
+    """One NVLink of one GPU. `speed_gbs` is the per-link rate nvidia-smi prints (GB/s, one
+    direction: 25.781 on V100, 26.562 on H100); None for a link shown as `<inactive>`."""
+
+    link: int
+    active: bool
+    speed_gbs: float | None
+
+
+def parse_nvlink_status(text: str) -> dict[int, list[NvlinkState]]:
+    """Parse `nvidia-smi nvlink --status` (`-s`): GPU index -> its links, in the order printed.
+
+    GPU 0: NVIDIA H100 PCIe (UUID: GPU-6968dfc2-...)
+    <TAB> Link 0: 26.562 GB/s
+    <TAB> Link 4: <inactive>
+
+    A GPU missing from the output has no key (the recorded bad V100 node lists GPUs 0-6 of 8),
+    so compare the keys with the GPUs you expect. A GPU for which nvidia-smi says it cannot
+    retrieve NVLink information has an empty list. Inactive links are not always a fault: a
+    PCIe card with NVLink bridges uses only 12 of its 18 links.
+    """
+    result: dict[int, list[NvlinkState]] = {}
+    links: list[NvlinkState] | None = None
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        gpu = _NVLINK_GPU.match(line)
+        if gpu:
+            index = int(gpu.group("index"))
+            if index in result:
+                raise ParseError(
+                    TOOL_NVLINK, f"GPU {index} listed twice", line_no=line_no, line=line
+                )
+            links = result[index] = []
+            continue
+        link = _NVLINK_LINK.match(line)
+        if link and links is not None:
+            speed = link.group("speed")
+            links.append(
+                NvlinkState(
+                    link=int(link.group("link")),
+                    active=speed is not None,
+                    speed_gbs=float(speed) if speed is not None else None,
+                )
+            )
+            continue
+        if links is not None and _NVLINK_NONE in line.lower():
+            continue
+        where = "before any 'GPU n:' line" if links is None else "not a link line"
+        raise ParseError(TOOL_NVLINK, where, line_no=line_no, line=line)
+    if not result:
+        raise ParseError(TOOL_NVLINK, "no 'GPU n:' line")
     return result

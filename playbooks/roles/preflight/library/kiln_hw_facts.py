@@ -1,5 +1,7 @@
 #!/usr/bin/python
-"""Ansible module: read a node's CPUs, memory, NVIDIA PCI devices, nvidia-smi and IB HCAs.
+"""Ansible module: read a node's CPUs, memory, NVIDIA PCI devices and IB HCAs.
+
+nvidia-smi is read by its own module (playbooks/library/kiln_nvidia_smi.py).
 
 One round trip, read-only, parsed into structured data (no shell pipelines).
 """
@@ -12,10 +14,10 @@ from ansible.module_utils.basic import AnsibleModule
 
 DOCUMENTATION = r"""
 module: kiln_hw_facts
-short_description: Read CPUs, memory, NVIDIA GPUs and InfiniBand HCAs of a node
+short_description: Read CPUs, memory, NVIDIA PCI devices and InfiniBand HCAs of a node
 description:
   - Reads /proc/cpuinfo, /proc/meminfo, /sys/bus/pci/devices (vendor 0x10de, class 0x0302 or
-    0x0300), /sys/class/infiniband, and runs nvidia-smi where it is installed. Changes nothing.
+    0x0300) and /sys/class/infiniband. Changes nothing.
 options: {}
 author: kiln
 """
@@ -24,13 +26,11 @@ RETURN = r"""
 cpus: {description: Logical CPUs, type: int, returned: always}
 memory_mb: {description: Total memory in MiB, type: int, returned: always}
 gpu_pci: {description: NVIDIA GPUs on the PCI bus (address, device), type: list, returned: always}
-nvidia_smi: {description: GPUs as nvidia-smi reports them, or null, type: list, returned: always}
 ib_hcas: {description: HCA names under /sys/class/infiniband, type: list, returned: always}
 """
 
 NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x0302", "0x0300")  # 3D controller, VGA controller (NVSwitch is 0x0680)
-SMI_FIELDS = ("index", "name", "uuid", "pci.bus_id", "driver_version", "memory.total")
 
 
 def _read(path):
@@ -76,22 +76,6 @@ def ib_hcas(root="/sys/class/infiniband"):
         return []
 
 
-def nvidia_smi(module):
-    binary = module.get_bin_path("nvidia-smi")
-    if not binary:
-        return None
-    query = f"--query-gpu={','.join(SMI_FIELDS)}"
-    rc, out, err = module.run_command([binary, query, "--format=csv,noheader,nounits"])
-    if rc != 0:
-        return [{"error": (err or out).strip()[:500]}]
-    rows = []
-    for line in out.splitlines():
-        values = [value.strip() for value in line.split(",")]
-        if len(values) == len(SMI_FIELDS):
-            rows.append(dict(zip(SMI_FIELDS, values, strict=True)))
-    return rows
-
-
 def main():
     module = AnsibleModule(argument_spec={}, supports_check_mode=True)
     module.exit_json(
@@ -99,7 +83,6 @@ def main():
         cpus=cpu_count(),
         memory_mb=memory_mb(),
         gpu_pci=gpu_pci(),
-        nvidia_smi=nvidia_smi(module),
         ib_hcas=ib_hcas(),
     )
 

@@ -1,0 +1,180 @@
+"""What `nvidia-smi -q -x` says about a node's GPUs, and whether that is what it should be.
+
+The node sends the XML gzip-compressed and base64-encoded (an 8-GPU document is about 100 KB,
+10 KB packed: it travels in every run's events). The summary keeps the fields preflight, the
+driver verification and `kiln facts` use, as plain JSON-ready data.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import gzip
+from dataclasses import dataclass
+from typing import Any
+
+from kiln.parsers import ParseError
+from kiln.parsers.dcgmi import parse_diag
+from kiln.parsers.nvidia_smi import Gpu, NvidiaSmiLog, parse_xml
+
+
+def unpack(packed: str) -> str:
+    """The XML text from the module's gzip + base64 form."""
+    try:
+        return gzip.decompress(base64.b64decode(packed, validate=True)).decode()
+    except (binascii.Error, OSError, EOFError, UnicodeDecodeError) as error:
+        raise ParseError("nvidia-smi -q -x", f"packed output is unreadable ({error})") from None
+
+
+def pack(xml: str) -> str:
+    """The inverse of `unpack` (the module does the same with the standard library)."""
+    return base64.b64encode(gzip.compress(xml.encode())).decode()
+
+
+def _gpu_summary(gpu: Gpu) -> dict[str, Any]:
+    return {
+        "index": gpu.index,
+        "pci_bus_id": gpu.pci_bus_id,
+        "product_name": gpu.product_name,
+        "serial": gpu.serial,
+        "uuid": gpu.uuid,
+        "persistence_mode": gpu.persistence_mode,
+        "ecc_mode": gpu.ecc_mode_current,
+        "ecc_volatile_uncorrectable": gpu.ecc_errors.volatile_uncorrectable,
+        "ecc_aggregate_uncorrectable": gpu.ecc_errors.aggregate_uncorrectable,
+        "retired_pages_pending": gpu.retired_pages.pending,
+        "retired_pages_double_bit": gpu.retired_pages.double_bit,
+        "remapped_rows_pending": gpu.remapped_rows.pending,
+        "remapped_rows_failure": gpu.remapped_rows.failure,
+        "power_limit_w": gpu.power.current_limit_w or gpu.power.enforced_limit_w,
+        "power_default_limit_w": gpu.power.default_limit_w,
+        "power_min_limit_w": gpu.power.min_limit_w,
+        "power_max_limit_w": gpu.power.max_limit_w,
+        "memory_total_mib": gpu.memory_total_mib,
+        "fabric_state": gpu.fabric_state,
+        "fabric_status": gpu.fabric_status,
+        "reset_required": gpu.reset_required,
+    }
+
+
+def summarise(log: NvidiaSmiLog) -> dict[str, Any]:
+    return {
+        "driver_version": log.driver_version,
+        "cuda_version": log.cuda_version,
+        "attached_gpus": log.attached_gpus,
+        "gpu_count": log.gpu_count,
+        "gpus": [_gpu_summary(gpu) for gpu in log.gpus],
+    }
+
+
+def summary_from_packed(packed: str) -> dict[str, Any]:
+    return summarise(parse_xml(unpack(packed)))
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """What the inventory and the stack promise for one node."""
+
+    gpu_count: int
+    product_names: tuple[str, ...] = ()  # empty: any model
+    driver_version: str | None = None  # exact ("535.183.06") or a branch prefix ("535")
+    fabric_manager: bool = False  # NVSwitch system: each GPU must have joined the fabric
+    health: bool = True  # judge ECC, retired pages and row remapping too
+
+
+def _health_problems(gpu: dict[str, Any]) -> list[str]:
+    name = f"GPU {gpu['index']} ({gpu['pci_bus_id']}, serial {gpu['serial'] or 'unknown'})"
+    found = []
+    if gpu["ecc_volatile_uncorrectable"]:
+        found.append(f"{name}: {gpu['ecc_volatile_uncorrectable']} uncorrectable ECC errors")
+    if gpu["retired_pages_pending"]:
+        found.append(f"{name}: retired pages pending (reset or reboot the GPU)")
+    if gpu["remapped_rows_failure"]:
+        found.append(f"{name}: row remapping failed (replace the GPU)")
+    elif gpu["remapped_rows_pending"]:
+        found.append(f"{name}: remapped rows pending (reset or reboot the GPU)")
+    if gpu["reset_required"]:
+        found.append(f"{name}: needs a GPU reset")
+    return found
+
+
+def _driver_matches(installed: str | None, wanted: str) -> bool:
+    if installed is None:
+        return False
+    return installed == wanted or installed.startswith(wanted + ".")
+
+
+def check(summary: dict[str, Any], expected: Expected) -> list[str]:
+    """Every way the node's GPUs differ from `expected`, as sentences; empty when they match."""
+    problems: list[str] = []
+    gpus = summary["gpus"]
+    shown = summary["gpu_count"]
+    if shown != expected.gpu_count:
+        attached = summary.get("attached_gpus")
+        extra = f" ({attached} attached)" if attached not in (None, shown) else ""
+        problems.append(
+            f"the driver sees {shown} GPUs{extra}, the inventory declares {expected.gpu_count}"
+        )
+    if expected.driver_version and not _driver_matches(
+        summary["driver_version"], expected.driver_version
+    ):
+        problems.append(
+            f"driver {summary['driver_version'] or 'unknown'} is loaded, "
+            f"expected {expected.driver_version}"
+        )
+    if expected.product_names:
+        wrong = sorted({g["product_name"] or "unknown" for g in gpus} - set(expected.product_names))
+        if wrong:
+            problems.append(
+                f"GPU model {', '.join(wrong)} is not the declared one "
+                f"({', '.join(expected.product_names)})"
+            )
+    if expected.fabric_manager:
+        for gpu in gpus:
+            state = gpu["fabric_state"]
+            if state is not None and state != "Completed":
+                problems.append(
+                    f"GPU {gpu['index']}: NVSwitch fabric state {state}"
+                    f" ({gpu['fabric_status'] or 'no status'}): is nvidia-fabricmanager running?"
+                )
+            elif gpu["fabric_status"] not in (None, "Success"):
+                problems.append(
+                    f"GPU {gpu['index']}: NVSwitch fabric status {gpu['fabric_status']}"
+                )
+    if expected.health:
+        for gpu in gpus:
+            problems.extend(_health_problems(gpu))
+    return problems
+
+
+def load_failure_cause(
+    *, kernel: str, version: str, smi_error: str, module_built: bool, make_log_tail: str = ""
+) -> str:
+    """Why nvidia-smi cannot talk to the driver after an install, as one actionable sentence."""
+    said = smi_error.strip().splitlines()[0] if smi_error.strip() else "no output"
+    if not module_built:
+        where = f"/var/lib/dkms/nvidia/{version}/build/make.log"
+        tail = " | ".join(line.strip() for line in make_log_tail.strip().splitlines()[-3:])
+        detail = f": {tail}" if tail else ""
+        return (
+            f"DKMS did not build the nvidia {version} module for kernel {kernel}"
+            f" (see {where}){detail}"
+        )
+    return (
+        f"the nvidia {version} module is built for kernel {kernel} but nvidia-smi fails "
+        f"({said}): reboot the node, or let kiln reboot it (nvidia_driver_reboot: true)"
+    )
+
+
+def diag_failures(text: str) -> list[str]:
+    """Failed tests of `dcgmi diag` output as "name (scope): notes"; unreadable output fails."""
+    try:
+        report = parse_diag(text)
+    except ParseError as error:
+        return [f"unreadable dcgmi diag output ({error})"]
+    if not report.tests:
+        return ["dcgmi diag printed no test results: " + (text.strip()[:200] or "nothing")]
+    return [
+        f"{test.name} ({test.scope or 'all GPUs'}): {(test.message or test.result)[:300]}"
+        for test in report.failed
+    ]

@@ -1,0 +1,100 @@
+"""Ansible filters of the nvidia and nccl stages (shimmed by playbooks/filter_plugins)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiln.gpu.facts import (
+    Expected,
+    check,
+    diag_failures,
+    load_failure_cause,
+    summary_from_packed,
+)
+from kiln.gpu.packages import (
+    candidates,
+    cuda_toolkit_package,
+    driver_action,
+    installed_packages,
+    installed_stack_problems,
+    nccl_package_version,
+    offered_branches,
+    stack_versions,
+    upstream_version,
+)
+from kiln.gpu.trust import key_problem
+from kiln.profiles import load_compat, load_profiles
+
+
+def gpu_profile(model: str) -> dict[str, Any]:
+    """What the stack needs for a `kiln_gpu_model`: fabric manager, open modules, names."""
+    profile = load_profiles().get(model)
+    rule = load_compat().gpu_profiles.get(model)
+    if profile is None or not profile.is_gpu:
+        return {
+            "is_gpu": False,
+            "fabric_manager": False,
+            "open_kernel_modules": False,
+            "product_names": [],
+            "min_driver_branch": None,
+        }
+    return {
+        "is_gpu": True,
+        "fabric_manager": bool(profile.fabric_manager_required),
+        "open_kernel_modules": bool(rule.open_kernel_modules) if rule else False,
+        "product_names": list(profile.product_names),
+        "min_driver_branch": rule.min_driver_branch if rule else None,
+    }
+
+
+def gpu_check(
+    summary: dict[str, Any],
+    gpu_count: int,
+    product_names: list[str] | None = None,
+    driver_version: str | None = None,
+    fabric_manager: bool = False,
+    health: bool = True,
+) -> list[str]:
+    expected = Expected(
+        gpu_count=int(gpu_count),
+        product_names=tuple(product_names or ()),
+        driver_version=str(driver_version) if driver_version else None,
+        fabric_manager=bool(fabric_manager),
+        health=bool(health),
+    )
+    return check(summary, expected)
+
+
+def driver_load_failure(
+    smi_error: str, kernel: str, version: str, module_built: bool, make_log_tail: str = ""
+) -> str:
+    return load_failure_cause(
+        kernel=kernel,
+        version=upstream_version(version),
+        smi_error=smi_error,
+        module_built=bool(module_built),
+        make_log_tail=make_log_tail,
+    )
+
+
+FILTERS = {
+    "kiln_gpu_summary": summary_from_packed,
+    "kiln_gpu_check": gpu_check,
+    "kiln_gpu_profile": gpu_profile,
+    "kiln_driver_load_failure": driver_load_failure,
+    "kiln_dcgmi_failures": diag_failures,
+    "kiln_dpkg_installed": installed_packages,
+    "kiln_driver_action": lambda installed, branch: driver_action(installed, int(branch)),
+    "kiln_apt_candidates": lambda madison, branch, repository=None: candidates(
+        madison, int(branch), repository
+    ),
+    "kiln_apt_branches": offered_branches,
+    "kiln_upstream_version": upstream_version,
+    "kiln_nccl_package_version": lambda nccl, cuda: nccl_package_version(str(nccl), str(cuda)),
+    "kiln_cuda_toolkit_package": lambda cuda: cuda_toolkit_package(str(cuda)),
+    "kiln_key_problem": key_problem,
+    "kiln_stack_versions": stack_versions,
+    "kiln_installed_stack_problems": lambda found: installed_stack_problems(
+        found.get("driver"), found.get("cuda"), found.get("nccl")
+    ),
+}

@@ -1,0 +1,136 @@
+"""Which driver action a node needs, and the exact package versions that go together.
+
+Versions are Debian-style package versions ("535.183.06-1", "2.18.5-1+cuda12.2"); the driver
+branch is the first field of the driver version (535). The fabric manager and NSCQ must be
+exactly the driver's version, so their version is read from the installed driver, never chosen.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from kiln.profiles import load_compat, parse_version
+
+DriverAction = Literal["install", "upgrade", "none"]
+_TOOLKIT = re.compile(r"^cuda-toolkit-(\d+)-(\d+)$")
+
+
+def installed_packages(dpkg_query: str) -> dict[str, str]:
+    """Installed packages from `dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n'`.
+
+    Only "ii" (installed) and "hi" (held, installed) entries count: "rc" means removed with its
+    configuration left behind.
+    """
+    found = {}
+    for line in dpkg_query.splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and fields[2] in ("ii", "hi"):
+            found[fields[0].split(":")[0]] = fields[1]
+    return found
+
+
+def branch_of(version: str | None) -> int | None:
+    """535 from "535.183.06-1" (an epoch such as "1:" is skipped); None when there is none."""
+    if not version:
+        return None
+    head = version.split(":", 1)[-1].split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def upstream_version(version: str) -> str:
+    """ "535.183.06" from "535.183.06-1" or "1:535.183.06-1~deb12u1": what nvidia-smi reports."""
+    return version.split(":", 1)[-1].split("-", 1)[0]
+
+
+def driver_action(installed: str | None, branch: int) -> dict[str, object]:
+    """What the driver role must do on a node where `installed` is the driver package's version."""
+    current = branch_of(installed)
+    action: DriverAction
+    if current is None:
+        action = "install"
+    elif current != branch:
+        action = "upgrade"  # a downgrade is the same drain, replace, reboot, verify
+    else:
+        action = "none"
+    return {"action": action, "from_branch": current, "to_branch": branch, "installed": installed}
+
+
+def candidates(madison: str, branch: int, repository: str | None = None) -> list[str]:
+    """Versions of the branch on offer, newest first, from `apt-cache madison PKG`.
+
+    `repository` (a URL) keeps only the versions that repository offers: the distribution's
+    archive may carry the same package names (Debian's non-free nvidia-driver) in other versions.
+    """
+    prefix = repository.rstrip("/") if repository else None
+    versions = []
+    for line in madison.splitlines():
+        fields = [field.strip() for field in line.split("|")]
+        if len(fields) < 3 or branch_of(fields[1]) != branch:
+            continue
+        if prefix is None or fields[2].startswith(prefix):
+            versions.append(fields[1])
+    return sorted(set(versions), key=lambda v: parse_version(upstream_version(v)), reverse=True)
+
+
+def offered_branches(madison: str) -> list[int]:
+    branches = {
+        branch_of(line.split("|")[1].strip()) for line in madison.splitlines() if "|" in line
+    }
+    return sorted(b for b in branches if b is not None)
+
+
+def nccl_package_version(nccl: str, cuda: str) -> str:
+    """libnccl2's version in NVIDIA's repository: NCCL 2.18.5 built for CUDA 12.2."""
+    return f"{nccl}-1+cuda{cuda}"
+
+
+def cuda_toolkit_package(cuda: str) -> str:
+    """NVIDIA's versioned toolkit meta package: cuda-toolkit-12-2 for CUDA 12.2."""
+    return "cuda-toolkit-" + "-".join(cuda.split(".")[:2])
+
+
+def stack_versions(installed: dict[str, str]) -> dict[str, str | None]:
+    """The driver, CUDA toolkit and NCCL versions among a node's installed packages."""
+    toolkits = sorted(
+        (f"{m[1]}.{m[2]}" for name in installed if (m := _TOOLKIT.match(name))),
+        key=parse_version,
+    )
+    return {
+        "driver": installed.get("nvidia-driver"),
+        "cuda": toolkits[-1] if toolkits else None,
+        "nccl": installed.get("libnccl2"),
+    }
+
+
+def installed_stack_problems(
+    driver_version: str | None, cuda_version: str | None, nccl_version: str | None
+) -> list[str]:
+    """Combinations on a node that the compatibility table rejects, naming both versions.
+
+    `cuda_version` is the toolkit installed (not what nvidia-smi's header says the driver
+    supports); `nccl_version` is libnccl2's package version. Absent parts are not judged.
+    """
+    table = load_compat()
+    problems = []
+    branch = branch_of(driver_version)
+    cuda = ".".join(cuda_version.split(".")[:2]) if cuda_version else None
+    if branch is not None and cuda is not None:
+        rule = table.driver_branches.get(branch)
+        if rule is not None and parse_version(cuda) > parse_version(rule.max_cuda):
+            problems.append(
+                f"CUDA {cuda} is installed but driver {upstream_version(driver_version or '')} "
+                f"(branch {branch}) runs CUDA {rule.max_cuda} at most"
+            )
+    if nccl_version and cuda is not None:
+        nccl = upstream_version(nccl_version)
+        built = nccl_version.partition("+cuda")[2] or None
+        release = table.nccl.get(nccl)
+        if built and parse_version(built) != parse_version(cuda):
+            problems.append(f"NCCL {nccl} is built for CUDA {built} but CUDA {cuda} is installed")
+        elif release is not None and not release.builds_for(cuda):
+            problems.append(
+                f"NCCL {nccl} is built for CUDA {release.min_cuda} to {release.max_cuda} "
+                f"but CUDA {cuda} is installed"
+            )
+    return problems

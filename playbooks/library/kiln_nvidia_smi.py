@@ -1,0 +1,44 @@
+#!/usr/bin/python
+"""Ansible module: run `nvidia-smi -q -x` and return its XML packed (gzip + base64).
+
+Read-only. kiln parses the XML on the controller (kiln.gpu.facts through a filter), so the parser
+that reads recorded real outputs in the unit tests is the one that reads the fleet.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: kiln_nvidia_smi
+short_description: Read every GPU's state with nvidia-smi -q -x
+description:
+  - Runs C(nvidia-smi -q -x) when nvidia-smi is installed. Changes nothing.
+options: {}
+author: kiln
+"""
+
+RETURN = r"""
+installed: {description: nvidia-smi is on the PATH, type: bool, returned: always}
+rc: {description: nvidia-smi's exit status (null when not installed), type: int, returned: always}
+error: {description: what nvidia-smi printed when it failed, type: str, returned: always}
+xml_packed: {description: the XML, gzip-compressed and base64-encoded, or "", type: str, returned: always}
+"""
+
+
+def main():
+    module = AnsibleModule(argument_spec={}, supports_check_mode=True)
+    binary = module.get_bin_path("nvidia-smi")
+    if not binary:
+        module.exit_json(changed=False, installed=False, rc=None, error="", xml_packed="")
+    rc, out, err = module.run_command([binary, "-q", "-x"])
+    packed = base64.b64encode(gzip.compress(out.encode())).decode() if rc == 0 else ""
+    error = "" if rc == 0 else (err or out).strip()[:1000]
+    module.exit_json(changed=False, installed=True, rc=rc, error=error, xml_packed=packed)
+
+
+if __name__ == "__main__":
+    main()

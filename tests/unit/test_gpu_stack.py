@@ -1,0 +1,298 @@
+"""kiln.gpu: the decisions of the nvidia and nccl stages, against recorded real outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kiln.gpu.facts import (
+    Expected,
+    check,
+    diag_failures,
+    load_failure_cause,
+    pack,
+    summary_from_packed,
+    unpack,
+)
+from kiln.gpu.filters import FILTERS, gpu_profile
+from kiln.gpu.packages import (
+    branch_of,
+    candidates,
+    cuda_toolkit_package,
+    driver_action,
+    installed_packages,
+    installed_stack_problems,
+    nccl_package_version,
+    offered_branches,
+    stack_versions,
+    upstream_version,
+)
+from kiln.gpu.trust import key_problem, primary_fingerprints
+from kiln.parsers import ParseError
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+SMI = FIXTURES / "real" / "nvidia-smi-q-x"
+V100S_8 = SMI / "tesla_v100s_pcie_32gb_8gpu_datakit.xml"
+A100_MIG = SMI / "a100_sxm4_80gb_mig_telegraf.xml"
+GPG = FIXTURES / "gpg"
+
+
+def _summary(path: Path) -> dict:
+    return summary_from_packed(pack(path.read_text()))
+
+
+# --- nvidia-smi -q -x -> summary -> verdict -------------------------------------------------
+
+
+def test_packing_round_trips_and_shrinks_the_xml():
+    text = V100S_8.read_text()
+    packed = pack(text)
+    assert unpack(packed) == text
+    assert len(packed) < len(text) / 5  # what every run's events carry per node
+
+
+def test_unreadable_packed_output_names_the_tool():
+    with pytest.raises(ParseError, match="nvidia-smi -q -x: packed output is unreadable"):
+        unpack("not base64 at all!")
+
+
+def test_summary_of_a_real_8_gpu_node():
+    summary = _summary(V100S_8)
+    assert summary["driver_version"] == "460.73.01"
+    assert summary["cuda_version"] == "11.2"
+    assert summary["gpu_count"] == summary["attached_gpus"] == 8
+    gpus = summary["gpus"]
+    assert {gpu["product_name"] for gpu in gpus} == {"Tesla V100S-PCIE-32GB"}
+    assert len({gpu["serial"] for gpu in gpus}) == 8
+    assert all(gpu["uuid"].startswith("GPU-") for gpu in gpus)
+    assert gpus[0]["pci_bus_id"] == "00000000:00:0D.0"
+    assert gpus[0]["power_default_limit_w"] == 250.0
+
+
+def test_healthy_node_matching_its_declaration_has_no_problems():
+    expected = Expected(
+        gpu_count=8, product_names=("Tesla V100S-PCIE-32GB",), driver_version="460.73.01"
+    )
+    assert check(_summary(V100S_8), expected) == []
+    # A branch prefix matches too; another branch does not.
+    assert check(_summary(V100S_8), Expected(gpu_count=8, driver_version="460")) == []
+    assert check(_summary(V100S_8), Expected(gpu_count=8, driver_version="46")) == [
+        "driver 460.73.01 is loaded, expected 46"
+    ]
+
+
+def test_fewer_gpus_than_attached_and_declared_is_named_with_both_counts():
+    problems = check(_summary(A100_MIG), Expected(gpu_count=4))
+    assert problems == ["the driver sees 1 GPUs (4 attached), the inventory declares 4"]
+
+
+def test_wrong_model_and_driver_are_each_named():
+    problems = check(
+        _summary(V100S_8),
+        Expected(gpu_count=8, product_names=("NVIDIA H100 80GB HBM3",), driver_version="550"),
+    )
+    assert problems == [
+        "driver 460.73.01 is loaded, expected 550",
+        "GPU model Tesla V100S-PCIE-32GB is not the declared one (NVIDIA H100 80GB HBM3)",
+    ]
+
+
+def _with(summary: dict, index: int, **fields) -> dict:
+    gpus = [dict(gpu) for gpu in summary["gpus"]]
+    gpus[index].update(fields)
+    return {**summary, "gpus": gpus}
+
+
+def test_unhealthy_gpus_are_named_by_index_bus_id_and_serial():
+    base = _summary(V100S_8)
+    serial = base["gpus"][3]["serial"]
+    faulty = _with(base, 3, ecc_volatile_uncorrectable=2, retired_pages_pending=True)
+    faulty = _with(faulty, 5, remapped_rows_failure=True, remapped_rows_pending=True)
+    problems = check(faulty, Expected(gpu_count=8))
+    assert problems == [
+        f"GPU 3 (00000000:00:10.0, serial {serial}): 2 uncorrectable ECC errors",
+        f"GPU 3 (00000000:00:10.0, serial {serial}): retired pages pending (reset or reboot "
+        "the GPU)",
+        f"GPU 5 (00000000:00:12.0, serial {base['gpus'][5]['serial']}): row remapping failed "
+        "(replace the GPU)",
+    ]
+    assert check(faulty, Expected(gpu_count=8, health=False)) == []
+
+
+def test_fabric_state_is_judged_only_on_nvswitch_systems():
+    stuck = _with(_summary(V100S_8), 0, fabric_state="In Progress", fabric_status="N/A")
+    assert check(stuck, Expected(gpu_count=8)) == []
+    assert check(stuck, Expected(gpu_count=8, fabric_manager=True)) == [
+        "GPU 0: NVSwitch fabric state In Progress (N/A): is nvidia-fabricmanager running?"
+    ]
+    done = _with(_summary(V100S_8), 0, fabric_state="Completed", fabric_status="Success")
+    assert check(done, Expected(gpu_count=8, fabric_manager=True)) == []
+
+
+def test_driver_that_does_not_answer_is_explained():
+    error = (
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+        "Make sure that the latest NVIDIA driver is installed and running."
+    )
+    assert load_failure_cause(
+        kernel="6.1.0-28-amd64",
+        version="550.127.05",
+        smi_error=error,
+        module_built=False,
+        make_log_tail="line1\nerror: implicit declaration of function 'foo'\nmake: *** Error 2\n",
+    ) == (
+        "DKMS did not build the nvidia 550.127.05 module for kernel 6.1.0-28-amd64 (see "
+        "/var/lib/dkms/nvidia/550.127.05/build/make.log): line1 | error: implicit declaration "
+        "of function 'foo' | make: *** Error 2"
+    )
+    assert "reboot the node" in load_failure_cause(
+        kernel="6.1.0-28-amd64", version="550.127.05", smi_error=error, module_built=True
+    )
+
+
+def test_dcgm_quick_diagnostic_failures_from_a_real_run():
+    text = FIXTURES / "real" / "dcgmi-diag" / "h100x8_r3_fail_cuinit_no_fabricmanager_dcgm338.txt"
+    failures = diag_failures(text.read_text())
+    assert failures and all(len(failure) < 340 for failure in failures)
+    assert failures[0].startswith("GPU Memory (All): GPU 0 Error using CUDA API cuInit")
+    assert diag_failures("Error: unable to connect to host engine") == [
+        "unreadable dcgmi diag output (dcgmi diag: no result table found)"
+    ]
+
+
+# --- packages --------------------------------------------------------------------------------
+
+# dpkg-query's ${db:Status-Abbrev} ends in a space, as here.
+DPKG = (
+    "nvidia-driver 535.183.06-1 hi \n"
+    "nvidia-smi 535.183.06-1 ii \n"
+    "nvidia-persistenced 535.183.06-1 rc \n"
+    "libnccl2 2.18.5-1+cuda12.2 hi \n"
+    "cuda-toolkit-12-2 12.2.2-1 ii \n"
+    "cuda-toolkit-config-common 12.6.77-1 ii \n"
+)
+
+
+def test_installed_packages_count_installed_and_held_only():
+    assert installed_packages(DPKG) == {
+        "nvidia-driver": "535.183.06-1",
+        "nvidia-smi": "535.183.06-1",
+        "libnccl2": "2.18.5-1+cuda12.2",
+        "cuda-toolkit-12-2": "12.2.2-1",
+        "cuda-toolkit-config-common": "12.6.77-1",
+    }
+
+
+def test_stack_versions_pick_the_toolkit_by_its_package_name():
+    assert stack_versions(installed_packages(DPKG)) == {
+        "driver": "535.183.06-1",
+        "cuda": "12.2",
+        "nccl": "2.18.5-1+cuda12.2",
+    }
+
+
+@pytest.mark.parametrize(
+    ("version", "branch", "upstream"),
+    [
+        ("535.183.06-1", 535, "535.183.06"),
+        ("535.216.01-1~deb12u1", 535, "535.216.01"),
+        ("1:550.127.05-0ubuntu1", 550, "550.127.05"),
+        ("", None, ""),
+    ],
+)
+def test_versions_split_into_branch_and_upstream(version, branch, upstream):
+    assert branch_of(version) == branch
+    assert upstream_version(version) == upstream
+
+
+def test_driver_action_from_what_is_installed():
+    assert driver_action(None, 550)["action"] == "install"
+    assert driver_action("550.127.05-1", 550)["action"] == "none"
+    plan = driver_action("535.183.06-1", 550)
+    assert plan == {
+        "action": "upgrade",
+        "from_branch": 535,
+        "to_branch": 550,
+        "installed": "535.183.06-1",
+    }
+    assert driver_action("570.86.15-1", 550)["action"] == "upgrade"  # downgrades drain too
+
+
+MADISON = """\
+nvidia-driver | 550.127.05-1 | http://mirror.example:8080  Packages
+nvidia-driver | 550.90.07-1 | http://mirror.example:8080  Packages
+nvidia-driver | 535.183.06-1 | http://mirror.example:8080  Packages
+nvidia-driver | 535.309.01-0+deb12u1 | http://deb.debian.org/debian bookworm/non-free amd64 Packages
+"""
+
+
+def test_candidates_are_the_branch_newest_first_from_the_named_repository():
+    assert candidates(MADISON, 550) == ["550.127.05-1", "550.90.07-1"]
+    assert candidates(MADISON, 535) == ["535.309.01-0+deb12u1", "535.183.06-1"]
+    # With the repository named, Debian's own nvidia-driver is not a candidate.
+    assert candidates(MADISON, 535, "http://mirror.example:8080/") == ["535.183.06-1"]
+    assert candidates(MADISON, 570) == []
+    assert offered_branches(MADISON) == [535, 550]
+
+
+def test_package_versions_of_nccl_and_cuda():
+    assert nccl_package_version("2.18.5", "12.2") == "2.18.5-1+cuda12.2"
+    assert cuda_toolkit_package("12.8") == "cuda-toolkit-12-8"
+
+
+def test_installed_combinations_the_table_rejects_name_both_versions():
+    assert installed_stack_problems("535.183.06-1", "12.2", "2.18.5-1+cuda12.2") == []
+    assert installed_stack_problems("535.183.06-1", "12.4", "2.20.5-1+cuda12.4") == [
+        "CUDA 12.4 is installed but driver 535.183.06 (branch 535) runs CUDA 12.2 at most"
+    ]
+    assert installed_stack_problems("550.127.05-1", "12.4", "2.18.5-1+cuda12.2") == [
+        "NCCL 2.18.5 is built for CUDA 12.2 but CUDA 12.4 is installed"
+    ]
+    assert installed_stack_problems(None, None, None) == []
+
+
+# --- repository keys -------------------------------------------------------------------------
+
+
+def test_fingerprint_of_a_single_key():
+    colons = (GPG / "one-key.colons").read_text()
+    [fingerprint] = primary_fingerprints(colons)
+    assert len(fingerprint) == 40
+    assert key_problem(colons, fingerprint.lower(), "https://mirror/key.pub") is None
+
+
+def test_a_file_with_other_or_extra_keys_is_refused():
+    colons = (GPG / "debian-archive-keyring.colons").read_text()
+    found = primary_fingerprints(colons)
+    assert len(found) == colons.count("\npub:") + colons.startswith("pub:")  # subkeys skipped
+    problem = key_problem(colons, found[0], "https://mirror/key.pub")
+    assert problem is not None and f"not the pinned {found[0]}" in problem
+    assert key_problem("", found[0], "https://mirror/key.pub") == (
+        "https://mirror/key.pub holds no OpenPGP public key"
+    )
+
+
+# --- what the roles look up ------------------------------------------------------------------
+
+
+def test_gpu_profile_tells_the_roles_what_the_model_needs():
+    assert gpu_profile("h100-sxm")["fabric_manager"] is True
+    assert gpu_profile("b200")["open_kernel_modules"] is True
+    assert gpu_profile("h100-pcie")["fabric_manager"] is False
+    assert gpu_profile("none") == {
+        "is_gpu": False,
+        "fabric_manager": False,
+        "open_kernel_modules": False,
+        "product_names": [],
+        "min_driver_branch": None,
+    }
+
+
+def test_every_filter_the_roles_use_exists():
+    roles = Path(__file__).parents[2] / "playbooks"
+    used = set()
+    for path in roles.rglob("*.yml"):
+        text = path.read_text()
+        used |= {name for name in FILTERS if name in text}
+    assert used == set(FILTERS)
