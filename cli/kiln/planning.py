@@ -82,7 +82,16 @@ def split_batches(hosts: list[str], batch_size: int | str) -> list[list[str]]:
 
 def render_files(cluster: Cluster) -> list[GeneratedFile]:
     context = cluster_context(cluster)
-    return [GeneratedFile(name, render_template(f"{name}.j2", context)) for name in GENERATED_FILES]
+    files = []
+    for name in GENERATED_FILES:
+        if name == "topology.conf" and cluster.slurm.topology == "fabric":
+            # The switches as the fabric is cabled (kiln_slurm.ibnetdiscover_file), not racks.
+            from kiln.fabric.gather import topology_from_capture
+
+            files.append(GeneratedFile(name, topology_from_capture(cluster).conf))
+        else:
+            files.append(GeneratedFile(name, render_template(f"{name}.j2", context)))
+    return files
 
 
 def render_etc_hosts(cluster: Cluster) -> GeneratedFile:

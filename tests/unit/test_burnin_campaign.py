@@ -49,3 +49,86 @@ def test_interrupt_restores_drains_and_deletes_the_reservation(tmp_path, fail_on
     ]
     if fail_on == "squeue":  # submitted jobs are cancelled first
         assert any(c.startswith("scancel 17") for c in ctl.commands)
+
+
+class RecordingController:
+    """Slurm on the controller, answered: job ids for sbatch, an empty queue for squeue."""
+
+    def __init__(self) -> None:
+        self.commands: list[str] = []
+
+    def run(self, command: str, *, timeout: float = 60, check: bool = True) -> str:
+        self.commands.append(command)
+        return f"{len(self.commands)}\n" if command.startswith("sbatch") else ""
+
+
+def test_infiniband_nodes_are_read_before_and_after_and_their_rails_run_in_rounds(
+    tmp_path, monkeypatch
+):
+    """The whole campaign on four HCA nodes, SSH and Slurm answered by doubles: the HCAs are
+    read before the jobs (names for ib_write_bw) and after (counters), three ib rounds are
+    submitted, the clients' reports come back with the results, and the slow HCA is drained."""
+    import json
+    import sys
+
+    from kiln.burnin import ib as IB
+    from kiln.fleet import NodeResult, Status
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from ib_doubles import GEMM, HDR_195, HEALTHY, NODES, ROCE_98, dump, inventory
+
+    cluster = require_valid(inventory(tmp_path / "inv"))
+    reads: list[str] = []
+    after = {"gpu002": {"mlx5_0": {}, "mlx5_1": {"counters": {"link_downed": 2}}}}
+
+    def fetched(node: str) -> dict:
+        files = {f"gemm/{node}.json": GEMM.read_text()}
+        for pair in campaign.ib_pairs:
+            if pair.client == node:
+                for rail in pair.rails:
+                    slow = rail.rail == 1 and "gpu003" in (pair.client, pair.server)
+                    report = ROCE_98 if slow else HDR_195
+                    files[f"ib/{pair.name}-rail{rail.rail}.txt"] = report.read_text()
+        return files
+
+    def over_ssh(nodes, command):
+        results = []
+        for node in nodes:
+            if command == IB.sysfs_dump_command():
+                phase = "after" if reads.count(node.name) else "before"
+                reads.append(node.name)
+                ports = (after if phase == "after" else {}).get(node.name, HEALTHY)
+                text = dump(tmp_path / "sysfs" / node.name / phase, ports)
+            else:  # the fetch of results
+                text = json.dumps(fetched(node.name))
+            results.append(NodeResult(node.name, node.address, Status.OK, 0, text))
+        return results
+
+    monkeypatch.setattr(C, "run_command_as_root", over_ssh)
+    outcome = C.BurninOutcome(
+        "RUN", tmp_path / "run", resolve_suite(cluster.burnin), NODES, BurninReport(cluster.name)
+    )
+    ctl = RecordingController()
+    options = C.BurninOptions(install=False, poll_seconds=0)
+    campaign = C._Campaign(cluster, options, ctl, outcome, lambda _: None, {})
+    campaign.run()
+
+    assert sorted(reads) == sorted(NODES * 2)
+    scripts = [c for c in ctl.commands if c.startswith("sbatch")]
+    ib_jobs = [s for s in scripts if "kiln-burnin-ib" in s]
+    assert len(ib_jobs) == 3 and all("sbcast --force" in s for s in ib_jobs)
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert manifest["ib"]["nodes"] == NODES and len(manifest["ib"]["pairs"]) == 6
+    assert (tmp_path / "run" / "ib" / "sysfs-after" / "gpu002.txt").is_file()
+    assert outcome.drained == {
+        "gpu002": "kiln: ib rail1 mlx5_1 port 1 errors rose: link_downed +2",
+        "gpu003": "kiln: ib rail1 mlx5_1 98.0 Gb/s < floor 180 (slow with 3/3 peers)",
+    }
+    drains = [c for c in ctl.commands if "state=drain" in c]
+    assert drains == [
+        "scontrol update nodename=gpu002 state=drain "
+        "reason='kiln: ib rail1 mlx5_1 port 1 errors rose: link_downed +2'",
+        "scontrol update nodename=gpu003 state=drain "
+        "reason='kiln: ib rail1 mlx5_1 98.0 Gb/s < floor 180 (slow with 3/3 peers)'",
+    ]
+    assert ctl.commands[-1] == "scontrol delete reservationname=kiln-burnin-run"

@@ -112,3 +112,14 @@ def test_kiln_report_rerenders_a_stored_run(tmp_path, capsys, report):
     assert ET.fromstring(out).tag == "testsuites"
     code, out, _ = run_cli(["report", str(run), "--inventory", str(GPU8 / "inventory")], capsys)
     assert code == 1 and "gpu008" in out
+
+
+def test_a_run_without_infiniband_says_so_in_every_format(report):
+    assert json.loads(render(report, "json"))["infiniband"]["note"] == "no InfiniBand declared"
+    root = ET.fromstring(render(report, "junit"))
+    (case,) = [c for c in root.iter("testcase") if c.get("name") == "infiniband"]
+    assert case.find("skipped").get("message") == "no InfiniBand declared"
+    assert root.get("skipped") == "1"
+    assert "InfiniBand: no InfiniBand declared" in render(report, "table", width=200)
+    html = render(report, "html")
+    assert "<h2>InfiniBand</h2>" in html and "no InfiniBand declared" in html

@@ -4,6 +4,7 @@
     save_report(run_dir, report)             # <run>/report.json, re-rendered by `kiln report`
     report.drain()                           # {node: "kiln: gemm gpu3 612 TFLOPS < floor 700"}
     pair_schedule(nodes)                     # rounds of node pairs for the pairwise pass
+    ib.plan_rounds(hcas, views, ...)         # InfiniBand pairs and rails for ib_write_bw
 
 Nothing here prints, submits jobs or touches a node; the Slurm stage does that around it.
 """

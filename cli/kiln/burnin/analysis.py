@@ -12,6 +12,7 @@ Rules (thresholds from `kiln.burnin.thresholds`: profile floors, `kiln_burnin` o
                        already caught by the per-GPU rules; this rule is for nodes slow as a
                        whole (power or cooling limits, clocks, PCIe), which the mean shows.
   allreduce_*          see kiln.burnin.rules_allreduce and kiln.burnin.pairs.
+  ib_*                 see kiln.burnin.rules_ib (HCAs, ib_write_bw per rail, error counters).
 Each node gets one verdict per check (its worst GPU's figure); failing GPUs get their own. The
 work is one pass over the GPUs plus a median per profile: linear in the fleet.
 """
@@ -23,10 +24,12 @@ from collections.abc import Iterable, Mapping
 
 from kiln.burnin._rules import DRAIN, LOOK, C
 from kiln.burnin._rules import node_verdict as _node
+from kiln.burnin.ib import IbRun
 from kiln.burnin.model import BurninReport
 from kiln.burnin.results import AllreduceResult, GemmResult, NoResult
 from kiln.burnin.rules_allreduce import judge_allreduce
 from kiln.burnin.rules_gemm import FAILING_THROTTLE, HARDWARE_THROTTLE, judge_fleet, judge_gemm
+from kiln.burnin.rules_ib import judge_ib
 from kiln.burnin.thresholds import Floors, floors_for
 from kiln.burnin.verdicts import Verdict
 from kiln.inventory.model import Cluster
@@ -43,20 +46,22 @@ def judge(
     missing_jobs: Iterable[NoResult] = (),
     run_id: str | None = None,
     suite: str | None = None,
+    ib: IbRun | None = None,
 ) -> BurninReport:
-    """Judge one run. `gemm` holds a result or NoResult per node that was part of the run."""
+    """Judge one run. `gemm` holds a result or NoResult per node that was part of the run;
+    `ib` what it recorded of InfiniBand (None: no node of the run declares HCAs)."""
     # Judging allocates many small long-lived objects and no cycles: the cyclic collector
     # would rescan the whole result set again and again (as in kiln.inventory's loader).
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _judge(cluster, gemm, allreduce, list(missing_jobs), run_id, suite)
+        return _judge(cluster, gemm, allreduce, list(missing_jobs), run_id, suite, ib)
     finally:
         if enabled:
             gc.enable()
 
 
-def _judge(cluster, gemm, allreduce, missing_jobs, run_id, suite) -> BurninReport:
+def _judge(cluster, gemm, allreduce, missing_jobs, run_id, suite, ib) -> BurninReport:
     report = BurninReport(cluster=cluster.name, run_id=run_id, suite=suite)
     cache: dict[str, Floors] = {}
 
@@ -82,6 +87,7 @@ def _judge(cluster, gemm, allreduce, missing_jobs, run_id, suite) -> BurninRepor
     for profile_id, rows in means.items():
         judge_fleet(report, rows, cache[profile_id])
     judge_allreduce(report, cluster, allreduce, floors)
+    judge_ib(report, cluster, ib, cluster.burnin.ib_write_bw_floor_pct)
     for job in missing_jobs:
         report.verdicts.append(
             Verdict(

@@ -10,8 +10,10 @@
    (reason "kiln: ...", quarantine or a failed burn-in) are resumed INSIDE the reservation, so
    they run burn-in but still take no production work. Nodes drained or down for any other
    reason are left alone and skipped.
-3. The jobs (kiln.burnin.jobs): a node array, the fabric all-reduce, and, when the fabric
-   misses its floor, the pairwise pass; polled with squeue, cancelled at their deadline.
+3. The jobs (kiln.burnin.jobs): a node array, the fabric all-reduce, on nodes that declare
+   HCAs ib_write_bw per rail between node pairs (kiln.burnin.ib: their HCAs read over SSH
+   before and after, for the names, the port states and the error counters), and, when the
+   fabric misses its floor, the pairwise pass; polled with squeue, cancelled at their deadline.
 4. Results fetched over SSH from every node into the run record (RunLayout), judged
    (judge_run), report.json / report.xml / report.html saved.
 5. Node states: failing nodes drained with their reason ("kiln: gemm ..."); passing nodes kiln
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from kiln.burnin import ib as IB
 from kiln.burnin import jobs as J
 from kiln.burnin.model import BurninReport
 from kiln.burnin.pairs import pair_schedule
@@ -38,6 +41,7 @@ from kiln.burnin.results import ResultError, allreduce_from_doc
 from kiln.burnin.suites import Suite, resolve_suite
 from kiln.burnin.thresholds import floors_for
 from kiln.errors import EnvironmentProblem, InvalidInputError, OperationFailed
+from kiln.fabric.links import parse_sysfs_dump
 from kiln.fleet import Status, run_command, select_nodes
 from kiln.inventory import Cluster, Node
 from kiln.parsers import ParseError
@@ -222,6 +226,8 @@ class _Campaign:
         self.layout = RunLayout(outcome.run_dir)
         self.reservation = J.reservation_name(outcome.run_id)
         self.nodes = {n: cluster.node(n) for n in outcome.nodes}
+        self.ib_nodes = [n for n in outcome.nodes if self.nodes[n].ib_hcas]
+        self.ib_pairs: list[IB.IbPair] = []
 
     # -- the phases ---------------------------------------------------------------------
     def run(self) -> None:
@@ -241,6 +247,12 @@ class _Campaign:
             if len(members) >= 2:
                 name = "fabric-ring" if len(groups) == 1 else f"fabric-ring-g{gpus}"
                 specs.append(self._allreduce(name, members, gpus))
+        for k, pairs in enumerate(self._ib_plan()):
+            specs.append(
+                J.ib_round_job(
+                    out.run_id, self.reservation, suite, k, pairs, paths=self.options.paths
+                )
+            )
         self._manifest(specs)
         # The reservation lasts the expected phases plus margin; it is deleted at the end.
         minutes = suite.time_limit_minutes * 4 + 10
@@ -252,7 +264,7 @@ class _Campaign:
                 self.ctl.run(J.resume(name))
                 self.resumed.append(name)
             t0 = time.monotonic()
-            self._submit_and_wait(specs, "node GEMM and fabric all-reduce")
+            self._submit_and_wait(specs, "node GEMM, fabric all-reduce, InfiniBand rails")
             self._collect()
             out.timings["jobs"] = time.monotonic() - t0
             pairs = self._pair_specs(groups)
@@ -263,6 +275,7 @@ class _Campaign:
                 self._submit_and_wait(pairs, f"pairwise pass: {len(pairs)} node pair(s)")
                 self._collect()
                 out.timings["pairs"] = time.monotonic() - t0
+            self._ib_read("after")
             out.report = judge_run(out.run_dir, self.cluster)
             save_report(out.run_dir, out.report)
             self._save_renderings()
@@ -285,7 +298,43 @@ class _Campaign:
             cluster=self.cluster.name,
             nodes=self.out.nodes,
             allreduce_jobs=[job for spec in specs for job in spec.allreduce_jobs],
+            ib=IB.manifest_entry(self.ib_nodes, self.ib_pairs) if self.ib_nodes else None,
         )
+
+    def _ib_plan(self) -> list[list[IB.IbPair]]:
+        """Read the HCAs of the nodes that declare them and pair those nodes for ib_write_bw."""
+        if not self.ib_nodes:
+            self.progress("InfiniBand: no node declares HCAs (kiln_ib_hcas); rail checks skipped")
+            return []
+        dumps = self._ib_read("before")
+        rounds = IB.plan_rounds(
+            {n: self.nodes[n].ib_hcas for n in self.ib_nodes},
+            {n: parse_sysfs_dump(text) for n, text in dumps.items()},
+            link_rate_gbps=self.cluster.ib.link_rate_gbps,
+        )
+        self.ib_pairs = [pair for round_ in rounds for pair in round_]
+        self.progress(
+            f"InfiniBand: {len(self.ib_nodes)} node(s) with HCAs, {len(self.ib_pairs)} "
+            f"ib_write_bw pair(s) in {len(rounds)} round(s)"
+        )
+        return rounds
+
+    def _ib_read(self, phase: str) -> dict[str, str]:
+        """/sys/class/infiniband of every HCA node into the run record ("before"/"after")."""
+        if not self.ib_nodes:
+            return {}
+        dumps = {}
+        for res in run_command_as_root(
+            [self.nodes[n] for n in self.ib_nodes], IB.sysfs_dump_command()
+        ):
+            if res.status is not Status.OK:
+                self.progress(f"{res.name}: HCAs not read {phase} ({res.status}: {res.error})")
+                continue
+            path = self.layout.ib_sysfs(res.name, phase)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(res.stdout, encoding="utf-8")
+            dumps[res.name] = res.stdout
+        return dumps
 
     def _submit_and_wait(self, specs: list[J.JobSpec], what: str) -> None:
         ids = []
@@ -299,7 +348,10 @@ class _Campaign:
             ids.append(job_id)
         self.progress(f"{what}: Slurm job(s) {', '.join(ids)}")
         limit = self.out.suite.time_limit_minutes * 60
-        deadline = time.monotonic() + 2 * limit + 60  # queueing behind running jobs, then run
+        queued = 60 * sum(spec.queued_minutes for spec in specs)
+        # Queueing behind running jobs, then run; jobs that queue behind ours on the same nodes
+        # (the InfiniBand rounds) add their own limit.
+        deadline = time.monotonic() + 2 * limit + 60 + queued
         last = ""
         while True:
             text = self.ctl.run(J.squeue(ids), check=False)
@@ -342,6 +394,8 @@ class _Campaign:
             target = self.layout.gemm(name[: -len(".json")])
         elif kind == "allreduce" and name.endswith(".json"):
             target = self.layout.allreduce(name[: -len(".json")])
+        elif kind == "ib" and name.endswith(".txt"):
+            target = self.layout.root / "ib" / name  # <pair>-rail<k>.txt, from the client
         elif kind == "logs":
             target = self.layout.root / "logs" / node / name
         else:

@@ -11,14 +11,19 @@ a killed job leaves no half-written result. kiln fetches those folders over SSH 
     fabric       one job over all selected nodes: srun, one rank per GPU (or per CPU-only node,
                  gloo), NCCL_ALGO=Ring (--ring) so the network itself is measured
     pair         two nodes (-w a,b): the pairwise pass that localises a slow fabric result
+    ib round     the nodes of one round of InfiniBand pairs: ib_write_bw per rail between each
+                 pair (workloads/ibbw.py on every node, the round's table sbcast to them)
 """
 
 from __future__ import annotations
 
+import json
+import math
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kiln.burnin import ib as IB
 from kiln.burnin.suites import Suite
 from kiln.render.hostlist import compress
 
@@ -50,6 +55,7 @@ class JobSpec:
     script: str
     nodes: tuple[str, ...]
     allreduce_jobs: tuple[str, ...] = ()  # record names of the all-reduce results it writes
+    queued_minutes: int = 0  # its time limit, when it queues behind the others on their nodes
 
 
 def reservation_name(run_id: str) -> str:
@@ -146,6 +152,45 @@ def allreduce_job(
 
 def pair_name(round_: int, a: str, b: str) -> str:
     return f"pair-r{round_}-{a}--{b}"
+
+
+def ib_round_job(
+    run_id: str,
+    reservation: str,
+    suite: Suite,
+    round_: int,
+    pairs: Sequence[IB.IbPair],
+    *,
+    paths: Paths = Paths(),
+) -> JobSpec:
+    """One round of InfiniBand pairs: ib_write_bw on each pair's rails, every pair at once.
+
+    One job per round (not per pair) keeps a 12,500-node fabric at three submissions; the
+    table goes to every node with sbcast, so the nodes need no shared filesystem."""
+    seconds = suite.ib_write_bw_seconds
+    rails = max(len(p.rails) for p in pairs)
+    # A healthy rail takes `seconds`; a broken one at most 2 x seconds + 70 (workloads/ibbw.py).
+    minutes = math.ceil(rails * (2 * seconds + 70) / 60) + 2
+    nodes = sorted({n for p in pairs for n in (p.client, p.server)})
+    extra = [f"--nodes={len(nodes)}", f"--nodelist={compress(nodes)}", "--ntasks-per-node=1"]
+    lines = _header("ib", run_id, reservation, minutes, paths, extra)
+    document = json.dumps(IB.table(pairs, seconds), separators=(",", ":"))
+    marker = "KILN_IB_TABLE"
+    while marker in document:
+        marker += "_"
+    lines += [
+        "# the round's pairs and rails, copied to every node of the job",
+        'table="/tmp/kiln-ib-$SLURM_JOB_ID.json"',
+        f"cat > \"$table.src\" <<'{marker}'",
+        document,
+        marker,
+        'sbcast --force "$table.src" "$table" || rc=$?',
+        f"srun --kill-on-bad-exit=0 --ntasks-per-node=1 {paths.launcher} ibbw "
+        '--table "$table" --out "$out/ib" || rc=$?',
+        'rm -f "$table.src"',
+        "exit $rc",
+    ]
+    return JobSpec(f"ib-r{round_}", "\n".join(lines) + "\n", tuple(nodes), (), minutes)
 
 
 # --- commands run on the controller -------------------------------------------------------

@@ -10,9 +10,62 @@ from dataclasses import dataclass, field
 
 from kiln.burnin.results import AllreduceResult, BandwidthRow
 from kiln.burnin.thresholds import Floors
-from kiln.burnin.verdicts import Action, Verdict, sort_key
+from kiln.burnin.verdicts import Action, Verdict, num, sort_key
+from kiln.fabric.bandwidth import RailVerdict
 
 SCHEMA_VERSION = 1
+NO_IB = "no InfiniBand declared"
+
+
+@dataclass
+class IbSection:
+    """The InfiniBand part of a run: every ib_write_bw measurement and the counters that rose.
+
+    The verdicts (ib_hca, ib_bandwidth, ib_link, ib_counters) carry the failures; this keeps
+    the figures, as gpu_tflops does for the GEMM, and says why there are none."""
+
+    nodes: list[str] = field(default_factory=list)  # nodes that declare HCAs
+    port: int = 1
+    note: str = ""  # NO_IB, or why nothing was measured
+    links: list[RailVerdict] = field(default_factory=list)  # one per pair and rail
+    counter_rises: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+    # node -> HCA -> error counter -> increase during the run
+
+    def summary(self) -> str:
+        if not self.nodes:
+            return self.note or NO_IB
+        slow = [v for v in self.links if not v.passed]
+        text = (
+            f"{len(self.nodes)} node(s) with HCAs, {len(self.links)} rail measurement(s), "
+            f"{len(slow)} below the floor"
+        )
+        measured = [v.measured_gbps for v in self.links if v.measured_gbps > 0]
+        if measured:
+            text += f" (lowest {num(min(measured))} Gb/s)"
+        if len(measured) < len(self.links):
+            text += f", {len(self.links) - len(measured)} without a report"
+        text += f"; error counters rose on {len(self.counter_rises)} node(s)"
+        return text + (f"; {self.note}" if self.note else "")
+
+    def to_dict(self) -> dict:
+        return {
+            "nodes": self.nodes,
+            "port": self.port,
+            "note": self.note,
+            "summary": self.summary(),
+            "links": [v.to_dict() for v in self.links],
+            "counter_rises": self.counter_rises,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> IbSection:
+        return cls(
+            nodes=list(d.get("nodes", [])),
+            port=int(d.get("port", 1)),
+            note=d.get("note", ""),
+            links=[RailVerdict.from_dict(v) for v in d.get("links", [])],
+            counter_rises=dict(d.get("counter_rises", {})),
+        )
 
 
 @dataclass
@@ -26,6 +79,7 @@ class BurninReport:
     allreduce: list[AllreduceResult] = field(default_factory=list)
     pair_threshold_gbs: float | None = None
     verdicts: list[Verdict] = field(default_factory=list)
+    ib: IbSection | None = None  # None only in reports stored before kiln judged InfiniBand
 
     def sort(self) -> None:
         """Failing verdicts first, most severe first; passing ones keep their (node) order."""
@@ -75,6 +129,7 @@ class BurninReport:
                 "verdicts": len(self.verdicts),
                 "failed": len(self.failures),
                 "drain": self.drain(),
+                "infiniband": self.ib.summary() if self.ib else None,
             },
             "floors": {k: f.to_dict() for k, f in self.floors.items()},
             "node_profiles": self.node_profiles,
@@ -82,6 +137,7 @@ class BurninReport:
             "allreduce": [_allreduce_dict(a) for a in self.allreduce],
             "pair_threshold_gbs": self.pair_threshold_gbs,
             "verdicts": [v.to_dict() for v in self.verdicts],
+            "infiniband": self.ib.to_dict() if self.ib else None,
         }
 
     @classmethod
@@ -100,6 +156,7 @@ class BurninReport:
             allreduce=[_allreduce_from(a) for a in doc["allreduce"]],
             pair_threshold_gbs=doc.get("pair_threshold_gbs"),
             verdicts=[Verdict.from_dict(v) for v in doc["verdicts"]],
+            ib=IbSection.from_dict(doc["infiniband"]) if doc.get("infiniband") else None,
         )
 
 

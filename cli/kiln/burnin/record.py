@@ -7,6 +7,8 @@
     <run>/allreduce/<job>.json  stdout of workloads/allreduce.py, rank 0 (node-<n>, fabric-ring,
                                 pair-r<k>-<a>--<b>, ...)
     <run>/nccl/<job>.txt|.json  nccl-tests all_reduce_perf output, text or its JSON file
+    <run>/ib/...                InfiniBand: sysfs dumps before/after, ib_write_bw reports per
+                                pair and rail (kiln.burnin.ib)
     <run>/report.json           the judged BurninReport (save_report); `kiln report` renders it
 
 The Slurm stage submits the jobs with their stdout pointed at these paths (RunLayout), then
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from kiln.burnin import ib as IB
 from kiln.burnin.analysis import judge
 from kiln.burnin.model import BurninReport
 from kiln.burnin.results import (
@@ -58,6 +61,12 @@ class RunLayout:
     def nccl(self, job: str, ext: str = "txt") -> Path:
         return self.root / "nccl" / f"{job}.{ext}"
 
+    def ib_sysfs(self, node: str, phase: str) -> Path:
+        return IB.sysfs_path(self.root, node, phase)
+
+    def ib_report(self, pair: str, rail: int) -> Path:
+        return IB.report_path(self.root, pair, rail)
+
 
 @dataclass
 class RunResults:
@@ -65,6 +74,7 @@ class RunResults:
     gemm: dict[str, GemmResult | NoResult] = field(default_factory=dict)
     allreduce: list[AllreduceResult] = field(default_factory=list)
     missing_jobs: list[NoResult] = field(default_factory=list)
+    ib: IB.IbRun | None = None
 
 
 def write_manifest(
@@ -76,6 +86,7 @@ def write_manifest(
     nodes: list[str],
     allreduce_jobs: list[str] = (),
     nccl_jobs: list[str] = (),
+    ib: dict | None = None,
 ) -> Path:
     """Create the run directory and its manifest (what the Slurm stage submits)."""
     layout = RunLayout(Path(run_dir))
@@ -91,6 +102,7 @@ def write_manifest(
         "nodes": list(nodes),
         "allreduce_jobs": list(allreduce_jobs),
         "nccl_jobs": list(nccl_jobs),
+        "ib": ib,  # kiln.burnin.ib.manifest_entry; None without InfiniBand
     }
     _write_atomic(layout.manifest, json.dumps(doc, indent=2) + "\n")
     return layout.manifest
@@ -142,6 +154,7 @@ def load_run(run_dir: Path | str) -> RunResults:
             run.allreduce.append(allreduce_from_nccl(job, parsed))
         except (OSError, ResultError, ParseError) as exc:
             run.missing_jobs.append(NoResult(f"nccl/{job}", f"{NO_RESULT} ({exc})"))
+    run.ib = IB.load_ib(layout.root, manifest)
     return run
 
 
@@ -155,6 +168,7 @@ def judge_run(run_dir: Path | str, cluster: Cluster) -> BurninReport:
         missing_jobs=run.missing_jobs,
         run_id=run.manifest.get("run_id") or Path(run_dir).name,
         suite=run.manifest.get("suite"),
+        ib=run.ib,
     )
 
 

@@ -31,6 +31,11 @@ class Suite:
     def gemm_seconds(self, gpus: bool) -> float:
         return self.gemm_seconds_gpu if gpus else self.gemm_seconds_cpu
 
+    @property
+    def ib_write_bw_seconds(self) -> int:
+        """How long ib_write_bw runs per rail and pair (-D): longer suites, steadier figures."""
+        return {"quick": 5, "standard": 10}.get(self.name, 30)
+
     def to_dict(self) -> dict:
         return {
             "name": self.name,

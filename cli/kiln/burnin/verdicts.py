@@ -41,6 +41,10 @@ CHECKS = {
     "allreduce_pairs": "the node's pairwise all-reduces are not mostly slow",
     "allreduce_link": "a node pair is slow while both nodes are fine with others",
     "allreduce_correct": "the all-reduce produced the exact sum",
+    "ib_hca": "every declared HCA present, its port Active/LinkUp at the declared rate",
+    "ib_bandwidth": "ib_write_bw on each rail at or above its floor (a share of the line rate)",
+    "ib_link": "a node pair is slow on a rail while both nodes are fine with other peers",
+    "ib_counters": "no InfiniBand error counter of a declared port rose during burn-in",
 }
 
 
@@ -66,7 +70,7 @@ def reason(text: str) -> str:
 @dataclass(frozen=True, slots=True)
 class Verdict:
     subject: str  # gpu | node | link | pair | job | fabric
-    name: str  # "gpu012/gpu3", "gpu012", "gpu012<->gpu044", "fabric-ring"
+    name: str  # "gpu012/gpu3", "gpu012", "gpu012<->gpu044", "gpu012<->gpu044 rail1", "fabric-ring"
     check: str  # a key of CHECKS
     passed: bool
     measured: float | None = None

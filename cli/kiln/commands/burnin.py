@@ -1,4 +1,5 @@
-"""`kiln burnin INVENTORY`: GEMM and all-reduce through Slurm, judged, failing nodes drained."""
+"""`kiln burnin INVENTORY`: GEMM, all-reduce and InfiniBand rails through Slurm, judged, failing
+nodes drained."""
 
 from __future__ import annotations
 
@@ -68,7 +69,9 @@ def burnin(
 
     Per node (a job array): GEMM on every device (BF16 on GPUs, FP32 on CPU-only nodes) and,
     on GPU nodes, an all-reduce inside the node; across the nodes: an all-reduce with the ring
-    forced (NCCL, or gloo on CPU-only nodes), and a pairwise pass when it misses its floor.
+    forced (NCCL, or gloo on CPU-only nodes), and a pairwise pass when it misses its floor; on
+    nodes that declare InfiniBand HCAs, ib_write_bw between node pairs on every rail and the
+    ports' error counters before and after.
     Everything runs inside a maintenance reservation; failing nodes are drained with the
     reason ("kiln: ..."), passing nodes kiln had drained are resumed. The run record
     (report.json, report.xml JUnit, report.html) is re-rendered by `kiln report RUN`.

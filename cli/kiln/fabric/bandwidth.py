@@ -6,7 +6,8 @@ largest message size against a floor that is a share of the rail's line rate: at
 400 Gb/s for NDR by default (a healthy ConnectX-7 on PCIe Gen5 reaches ~97-98%; a link that
 trained at a lower speed or width, or a card in a degraded PCIe slot, falls well below).
 
-Running the pairs through Slurm belongs to burn-in (kiln.burnin); this module only judges.
+Burn-in (kiln.burnin.ib) runs the pairs through Slurm and calls `judge_rail`; this module only
+judges.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class RailMeasurement:
     server: str
     hca: str | None  # the device ib_write_bw used (from its report, else as declared)
     result: IbWriteBwResult
+    peer_hca: str | None = None  # the server's device on the same rail
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,7 @@ class RailVerdict:
     link_rate_gbps: float
     passed: bool
     reason: str
+    peer_hca: str | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -61,12 +64,21 @@ class RailVerdict:
             "client": self.client,
             "server": self.server,
             "hca": self.hca,
+            "peer_hca": self.peer_hca,
             "measured_gbps": round(self.measured_gbps, 2),
             "floor_gbps": round(self.floor_gbps, 2),
             "link_rate_gbps": self.link_rate_gbps,
             "passed": self.passed,
             "reason": self.reason,
         }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RailVerdict:
+        return cls(
+            d["rail"], d["client"], d["server"], d.get("hca"), float(d["measured_gbps"]),
+            float(d["floor_gbps"]), float(d["link_rate_gbps"]), bool(d["passed"]),
+            d.get("reason", ""), d.get("peer_hca"),
+        )  # fmt: skip
 
 
 def judge_rail(
@@ -90,7 +102,7 @@ def judge_rail(
         )
     return RailVerdict(
         measurement.rail, measurement.client, measurement.server, hca,
-        measured, floor, link_rate_gbps, measured >= floor, reason,
+        measured, floor, link_rate_gbps, measured >= floor, reason, measurement.peer_hca,
     )  # fmt: skip
 
 

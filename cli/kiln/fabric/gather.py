@@ -54,8 +54,7 @@ def gather_node(cluster: Cluster, name: str | None) -> Node:
             raise InvalidInputError(f"--node {name} is not in the inventory")
         return cluster.node(name)
     names = {n.name for n in cluster.nodes}
-    ib = cluster.nodes[0].hostvars.get("kiln_ib") or {}  # cluster-wide: the same on every node
-    for host in ib.get("opensm_hosts") or []:
+    for host in cluster.ib.opensm_hosts:
         if host in names:
             return cluster.node(host)
     with_hcas = [n for n in cluster.nodes if n.ib_hcas]
@@ -86,12 +85,13 @@ def gather_ibnetdiscover(node: Node, timeout: float = 300.0) -> str:
 def fabric_topology(cluster: Cluster, text: str, source: str) -> TopologyResult:
     fabric = parse_ibnetdiscover(text)
     rail0 = {n.name: n.ib_hcas[0] for n in cluster.nodes if n.ib_hcas}
-    known = {n.name for n in cluster.nodes}
+    # Slurm nodes only: slurmctld knows no controller or storage host in topology.conf.
+    compute = {n.name for n in cluster.compute}
     seen = {ca.hostname for ca in fabric.cas() if ca.hostname}
-    topology = build_topology(fabric, rail0=rail0, only_hosts=known)
+    topology = build_topology(fabric, rail0=rail0, only_hosts=compute)
     full = build_topology(fabric, rail0=rail0)  # every host, for the comparison
     disagreements = compare_with_inventory(full, cluster, seen)
-    rate = (cluster.nodes[0].hostvars.get("kiln_ib") or {}).get("link_rate_gbps", 400)
+    rate = cluster.ib.link_rate_gbps
     degraded = []
     if rate in _SPEEDS:
         for link in fabric.degraded_links("4x", _SPEEDS[rate]):
@@ -103,6 +103,19 @@ def fabric_topology(cluster: Cluster, text: str, source: str) -> TopologyResult:
             )
     conf = render_topology_conf(topology, cluster.name, source)
     return TopologyResult(source, conf, topology, disagreements, degraded, topology.unnamed_cas)
+
+
+def capture_path(cluster: Cluster) -> Path:
+    """The stored ibnetdiscover capture of `kiln_slurm.ibnetdiscover_file` (inventory-relative)."""
+    name = Path(cluster.slurm.ibnetdiscover_file or "")
+    return name if name.is_absolute() else cluster.inventory_dir / name
+
+
+def topology_from_capture(cluster: Cluster) -> TopologyResult:
+    """topology.conf for the Slurm stage when `kiln_slurm.topology` is fabric (validation has
+    already read and parsed the capture)."""
+    path = capture_path(cluster)
+    return fabric_topology(cluster, read_source(path), cluster.slurm.ibnetdiscover_file or "")
 
 
 def read_source(path: Path) -> str:

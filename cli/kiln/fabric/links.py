@@ -204,6 +204,18 @@ def check_rails(
     return rails
 
 
+def port_error_counters(
+    views: Iterable[HcaView], hcas: Iterable[str], port: int = 1
+) -> dict[str, dict[str, int]]:
+    """HCA -> error counter -> value, for the named HCAs' `port` (sysfs views)."""
+    by_name = {v.name: v for v in views}
+    return {
+        name: {k: v for k, v in by_name[name].counters.get(port, {}).items() if k in ERROR_COUNTERS}
+        for name in hcas
+        if name in by_name
+    }
+
+
 def error_counter_deltas(
     before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]
 ) -> dict[str, dict[str, int]]:

@@ -11,6 +11,7 @@ import ipaddress
 import re
 from collections import defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
@@ -22,14 +23,17 @@ from kiln.inventory.schema import (
     KEYS,
     SAFE_TOKEN,
     BurninSpec,
+    IbSpec,
     PartitionSpec,
     PowerSpec,
     RolloutSpec,
     SlurmSpec,
     VersionsSpec,
 )
-from kiln.inventory.sources import Located, RawInventory
+from kiln.inventory.sources import IGNORED_EXTENSIONS, Located, RawInventory
 from kiln.inventory.yamlfile import LocatedDict, VaultValue
+from kiln.parsers import ParseError
+from kiln.parsers.ibnetdiscover import parse_ibnetdiscover
 from kiln.profiles import HardwareProfile, Versions, load_compat, load_profiles
 
 CONTROLLERS, COMPUTE = "kiln_controllers", "kiln_compute"
@@ -531,8 +535,13 @@ class ClusterBuilder:
         partitions = self._partitions(membership)
         burnin, _ = self.cluster_value("kiln_burnin", BurninSpec())
         rollout, _ = self.cluster_value("kiln_rollout", RolloutSpec())
-        slurm, _ = self.cluster_value("kiln_slurm", SlurmSpec())
-        if self.out.has_errors or None in (name, versions, partitions, burnin, rollout, slurm):
+        slurm, slurm_origin = self.cluster_value("kiln_slurm", SlurmSpec())
+        ib, ib_origin = self.cluster_value("kiln_ib", IbSpec())
+        if ib is not None and ib_origin is not None:
+            self._opensm_hosts(ib, ib_origin)
+        if slurm is not None and slurm_origin is not None and slurm.topology == "fabric":
+            self._fabric_capture(slurm, slurm_origin, membership.get(COMPUTE, []))
+        if self.out.has_errors or None in (name, versions, partitions, burnin, rollout, slurm, ib):
             return None
         return Cluster(
             name=name,
@@ -544,7 +553,104 @@ class ClusterBuilder:
             burnin=burnin,
             rollout=rollout,
             slurm=slurm,
+            ib=ib,
         )
+
+    def _written(self, key: str) -> Located | None:
+        """Where group_vars/all (or an inventory file's all:vars) sets a cluster-wide key."""
+        group = self.raw.groups["all"]
+        return group.plugin_vars.get(key) or group.file_vars.get(key)
+
+    def _opensm_hosts(self, ib: IbSpec, origin: Origin) -> None:
+        """opensm binds to the declared rails' ports: each host must exist and declare HCAs."""
+        written = self._written("kiln_ib")
+        where = _nested_origin(written.value, ("opensm_hosts",), origin) if written else origin
+        seen: set[str] = set()
+        for host in ib.opensm_hosts:
+            if host in seen:
+                self.out.error(
+                    f"kiln_ib.opensm_hosts lists '{host}' twice", origin=where, key="kiln_ib"
+                )
+            seen.add(host)
+            resolved = self.hosts.get(host)
+            if resolved is None:
+                self.out.error(
+                    f"kiln_ib.opensm_hosts names '{host}', which the inventory does not have",
+                    origin=where,
+                    key="kiln_ib",
+                    hint=suggest(host, self.hosts) or "list inventory hosts that declare HCAs",
+                )
+            elif not self.value(resolved, "kiln_ib_hcas", []):
+                with_hcas = [n for n, h in self.hosts.items() if self.value(h, "kiln_ib_hcas", [])]
+                self.out.error(
+                    f"kiln_ib.opensm_hosts names '{host}', which declares no HCAs "
+                    "(kiln_ib_hcas): opensm would have no port to manage",
+                    origin=where,
+                    key="kiln_ib",
+                    hint=f"set kiln_ib_hcas for {host}, or pick a host with HCAs"
+                    + (f" such as {with_hcas[0]}" if with_hcas else ""),
+                )
+
+    def _fabric_capture(self, slurm: SlurmSpec, origin: Origin, compute: list[str]) -> None:
+        """topology: fabric reads a stored ibnetdiscover capture: it must exist, parse and hold
+        the compute nodes (a node the capture lacks is left out of topology.conf)."""
+        written = self._written("kiln_slurm")
+        where = (
+            _nested_origin(written.value, ("ibnetdiscover_file",), origin) if written else origin
+        )
+        name = slurm.ibnetdiscover_file or ""
+        path = Path(name) if Path(name).is_absolute() else self.raw.root / name
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            why = getattr(error, "strerror", None) or str(error)
+            self.out.error(
+                f"kiln_slurm.ibnetdiscover_file {name}: cannot read {path} ({why})",
+                origin=where,
+                key="kiln_slurm",
+                hint="store the output of `ibnetdiscover` run on a node of the fabric there "
+                "(a path relative to the inventory directory)",
+            )
+            return
+        try:
+            fabric = parse_ibnetdiscover(text)
+        except ParseError as error:
+            self.out.error(
+                f"kiln_slurm.ibnetdiscover_file {name} is not ibnetdiscover output: {error}",
+                origin=Origin(path, error.line_no or 0),
+                key="kiln_slurm",
+                hint="store the plain output of `ibnetdiscover` (its default format)",
+            )
+            return
+        if path.is_relative_to(self.raw.root) and not path.name.endswith(IGNORED_EXTENSIONS):
+            self.out.warning(
+                f"Ansible reads every file in an inventory directory as an inventory source, "
+                f"{name} included",
+                origin=where,
+                key="kiln_slurm",
+                hint="name the capture *.txt (Ansible skips those), or keep it outside",
+            )
+        hosts = {ca.hostname for ca in fabric.cas() if ca.hostname}
+        missing = [n for n in compute if n not in hosts]
+        if compute and len(missing) == len(compute):
+            self.out.error(
+                f"kiln_slurm.ibnetdiscover_file {name} holds none of the compute nodes "
+                f"({compute[0]}, ...): it is another fabric's capture, or the CAs' node "
+                "descriptions are unset",
+                origin=where,
+                key="kiln_slurm",
+                hint="capture this cluster's fabric; rdma-ndd sets node descriptions to "
+                "'<host> <hca>'",
+            )
+        elif missing:
+            shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
+            self.out.warning(
+                f"the fabric capture {name} lacks {len(missing)} compute node(s): {shown}; "
+                "topology.conf leaves them out, so Slurm runs no multi-node job across them",
+                origin=where,
+                key="kiln_slurm",
+                hint="recapture after fixing their cabling or node descriptions",
+            )
 
     def _group_members(self) -> dict[str, list[str]]:
         members: dict[str, list[str]] = defaultdict(list)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kiln.inventory.schema import BurninSpec, PowerSpec, RolloutSpec, SlurmSpec
+from kiln.inventory.schema import BurninSpec, IbSpec, PowerSpec, RolloutSpec, SlurmSpec
 from kiln.profiles import HardwareProfile, Versions, get_profile
 
 
@@ -66,6 +66,7 @@ class Cluster(BaseModel):
     burnin: BurninSpec = Field(default_factory=BurninSpec)
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     slurm: SlurmSpec = Field(default_factory=SlurmSpec)
+    ib: IbSpec = Field(default_factory=IbSpec)
 
     @cached_property
     def _by_name(self) -> dict[str, Node]:

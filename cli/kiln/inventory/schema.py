@@ -76,6 +76,13 @@ class BurninSpec(StrictModel):
         10.0, gt=0, lt=100, description="fail a node this % below the fleet median"
     )
     time_limit_minutes: int = Field(30, gt=0, description="Slurm time limit of each job")
+    ib_write_bw_floor_pct: float | None = Field(
+        None,
+        gt=0,
+        le=100,
+        description="share of a rail's line rate ib_write_bw must reach; default 90 % "
+        "(85 % below 100 Gb/s)",
+    )
 
 
 class RolloutSpec(StrictModel):
@@ -113,6 +120,31 @@ class SlurmSpec(StrictModel):
     quarantine_new_nodes: bool = Field(
         True, description="new nodes join drained until burn-in passes"
     )
+    topology: Literal["racks", "fabric"] = Field(
+        "racks",
+        description="topology.conf from the inventory's racks and leaf switches, or from the "
+        "fabric as a stored ibnetdiscover capture shows it",
+    )
+    ibnetdiscover_file: str | None = Field(
+        None,
+        description="ibnetdiscover output, relative to the inventory directory (topology: fabric)",
+    )
+
+    @field_validator("ibnetdiscover_file")
+    @classmethod
+    def _safe_path(cls, value: str | None) -> str | None:
+        # It lands in topology.conf's header and in messages: one plain token.
+        if value is not None and not SAFE_TOKEN.match(value):
+            raise ValueError("must be a path of letters, digits and . _ - / only")
+        return value
+
+    @model_validator(mode="after")
+    def _topology_source(self) -> SlurmSpec:
+        if self.topology == "fabric" and not self.ibnetdiscover_file:
+            raise ValueError("topology fabric needs ibnetdiscover_file (a stored capture)")
+        if self.topology == "racks" and self.ibnetdiscover_file:
+            raise ValueError("ibnetdiscover_file is set but topology is racks")
+        return self
 
 
 class IpoibRailSpec(StrictModel):
@@ -280,7 +312,7 @@ KEYS: dict[str, KeySpec] = {
             "cluster",
             "SlurmSpec",
             "Slurm options",
-            "accounting off, cgroups on, new nodes quarantined",
+            "accounting off, cgroups on, new nodes quarantined, topology.conf from racks",
             model=SlurmSpec,
         ),
         KeySpec(

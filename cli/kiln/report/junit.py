@@ -3,7 +3,8 @@
 The shape CI systems read (Jenkins, GitLab, GitHub test reporters): <testsuites> holding one
 <testsuite> per node (plus one named "fabric" for jobs, links and the fabric as a whole), each
 <testcase classname="burnin.<node>" name="<check>"> with a <failure message type> when it
-failed. Failing GPUs are listed in the body of their node's failure for the same check.
+failed. Failing GPUs are listed in the body of their node's failure for the same check. A run
+without InfiniBand has one skipped case, "infiniband", saying so.
 """
 
 from __future__ import annotations
@@ -37,20 +38,29 @@ def render_junit(report: BurninReport) -> str:
         else:
             suites.setdefault("fabric", []).append(v)
     root = ET.Element("testsuites", name=f"kiln burn-in {report.cluster}")
-    total = failed = 0
+    skip = report.ib.summary() if report.ib is not None and not report.ib.links else None
+    if skip is not None:
+        suites.setdefault("fabric", [])
+    total = failed = skipped = 0
     for suite_name in sorted(suites):
         cases = sorted(suites[suite_name], key=lambda v: (v.check, v.name))
         bad = sum(not v.passed for v in cases)
+        skips = int(suite_name == "fabric" and skip is not None)
         suite = ET.SubElement(
             root,
             "testsuite",
             name=suite_name,
-            tests=str(len(cases)),
+            tests=str(len(cases) + skips),
             failures=str(bad),
             errors="0",
-            skipped="0",
+            skipped=str(skips),
             time="0",
         )
+        if skips:
+            case = ET.SubElement(
+                suite, "testcase", classname="burnin.fabric", name="infiniband", time="0"
+            )
+            ET.SubElement(case, "skipped", message=skip)
         for v in cases:
             name = v.check if v.subject == "node" else f"{v.check} {v.name}"
             case = ET.SubElement(
@@ -59,10 +69,12 @@ def render_junit(report: BurninReport) -> str:
             if not v.passed:
                 failure = ET.SubElement(case, "failure", message=v.message, type=str(v.severity))
                 failure.text = _details(v, gpu_details.get((v.node, v.check), []))
-        total += len(cases)
+        total += len(cases) + skips
         failed += bad
+        skipped += skips
     root.set("tests", str(total))
     root.set("failures", str(failed))
     root.set("errors", "0")
+    root.set("skipped", str(skipped))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -47,6 +47,8 @@ def render_table(report: BurninReport, *, show_passing: bool | None = None) -> G
         action = str(v.action) if not v.passed else ""
         table.add_row(status, action, v.name, v.check, detail)
     parts: list = [head, table]
+    if report.ib is not None:
+        parts.append(Text(f"InfiniBand: {report.ib.summary()}"))
     if not show_passing and passing:
         counts: dict[str, list[int]] = {}
         for v in report.verdicts:

@@ -2,14 +2,15 @@
 
 They never import kiln, so the burn-in role copies them as plain files next to whatever torch
 the node has (the distribution's on CPU nodes, a pinned CUDA venv or site wheelhouse on GPU
-nodes). Each prints one JSON document on stdout; the run record stores it as is.
+nodes). gemm and allreduce print one JSON document on stdout, which the run record stores as
+is; ibbw (stdlib only) drives perftest's ib_write_bw and keeps its reports (see its docstring).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-WORKLOADS = ("gemm", "allreduce")
+WORKLOADS = ("gemm", "allreduce", "ibbw")
 
 
 def workload_path(name: str) -> Path:

@@ -4,7 +4,12 @@ unit-tested code (kiln.fabric.links, kiln.fabric.ipoib)."""
 from ansible.errors import AnsibleFilterError
 
 from kiln.fabric.ipoib import IpoibError, ipoib_addresses
-from kiln.fabric.links import ERROR_COUNTERS, check_rails, error_counter_deltas, parse_sysfs_dump
+from kiln.fabric.links import (
+    check_rails,
+    error_counter_deltas,
+    parse_sysfs_dump,
+    port_error_counters,
+)
 
 
 def kiln_ib_rails(declared, sysfs_dump, rate_gbps=None, port=1):
@@ -16,14 +21,7 @@ def kiln_ib_rails(declared, sysfs_dump, rate_gbps=None, port=1):
 
 def kiln_ib_error_counters(sysfs_dump, hcas, port=1):
     """HCA -> error counter -> value, for the given HCAs' port."""
-    views = {v.name: v for v in parse_sysfs_dump(sysfs_dump or "")}
-    return {
-        name: {
-            k: v for k, v in views[name].counters.get(int(port), {}).items() if k in ERROR_COUNTERS
-        }
-        for name in hcas
-        if name in views
-    }
+    return port_error_counters(parse_sysfs_dump(sysfs_dump or ""), hcas, int(port))
 
 
 def kiln_ib_counter_rises(after, before):
