@@ -23,9 +23,11 @@ author: kiln
 
 RETURN = r"""
 installed: {description: nvidia-smi is on the PATH, type: bool, returned: always}
-rc: {description: nvidia-smi's exit status (null when not installed), type: int, returned: always}
+exit_status: {description: "nvidia-smi's exit status, null when not installed", type: int,
+  returned: always}
 error: {description: what nvidia-smi printed when it failed, type: str, returned: always}
-xml_packed: {description: the XML, gzip-compressed and base64-encoded, or "", type: str, returned: always}
+xml_packed: {description: "the XML, gzip-compressed and base64-encoded, or empty", type: str,
+  returned: always}
 """
 
 
@@ -33,11 +35,12 @@ def main():
     module = AnsibleModule(argument_spec={}, supports_check_mode=True)
     binary = module.get_bin_path("nvidia-smi")
     if not binary:
-        module.exit_json(changed=False, installed=False, rc=None, error="", xml_packed="")
+        module.exit_json(changed=False, installed=False, exit_status=None, error="", xml_packed="")
     rc, out, err = module.run_command([binary, "-q", "-x"])
     packed = base64.b64encode(gzip.compress(out.encode())).decode() if rc == 0 else ""
     error = "" if rc == 0 else (err or out).strip()[:1000]
-    module.exit_json(changed=False, installed=True, rc=rc, error=error, xml_packed=packed)
+    # Not `rc`: Ansible fails any result whose rc is not 0, and a broken driver is a fact here.
+    module.exit_json(changed=False, installed=True, exit_status=rc, error=error, xml_packed=packed)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.local_facts import local_facts
 
 from kiln.burnin.workloads import workload_path
 from kiln.parsers.nvidia_smi import parse_query_gpu_csv, parse_xml
@@ -69,31 +70,31 @@ def test_nvidia_smi_is_read_into_typed_facts(capsys):
 
 
 @requires_nvidia_smi
-def test_preflight_hardware_module_counts_the_real_gpus():
-    """The preflight role's own fact module, run locally by Ansible, sees every GPU."""
-    proc = subprocess.run(
-        [
-            str(BIN / "ansible"),
-            "localhost",
-            "-c",
-            "local",
-            "-M",
-            str(REPO / "playbooks/roles/preflight/library"),
-            "-m",
-            "kiln_hw_facts",
-            "-o",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    facts = json.loads(proc.stdout.split("=>", 1)[1])
+def test_kiln_facts_reads_the_real_gpus_and_changes_nothing(tmp_path, capsys):
+    """Preflight through a local connection, then `kiln facts`: model, count, driver, serials."""
     smi = parse_xml(
         subprocess.run(
             ["nvidia-smi", "-q", "-x"], capture_output=True, text=True, check=True
         ).stdout
     )
-    assert len(facts["gpu_pci"]) == smi.gpu_count
+    summary, facts = local_facts(tmp_path)
+    assert summary["changed"] == 0
+    seen = facts["nvidia_smi"]
+    assert seen["gpu_count"] == smi.gpu_count == facts["gpu_count"]  # nvidia-smi and the PCI bus
+    assert seen["driver_version"] == smi.driver_version
+    assert [gpu["product_name"] for gpu in seen["gpus"]] == [g.product_name for g in smi.gpus]
+    assert [gpu["serial"] for gpu in seen["gpus"]] == [g.serial for g in smi.gpus]
+    assert facts["gpu_stack"]["driver"] is None or facts["gpu_stack"]["driver"].startswith(
+        smi.driver_version.split(".")[0]
+    )
+    with capsys.disabled():
+        print(f"\nkiln facts: {seen['gpu_count']} GPU(s), driver {seen['driver_version']}")
+        for gpu in seen["gpus"]:
+            print(
+                f"  GPU {gpu['index']} {gpu['product_name']} serial {gpu['serial']} "
+                f"power limit {gpu['power_limit_w']} W, ECC {gpu['ecc_mode']}, "
+                f"fabric {gpu['fabric_state']}"
+            )
 
 
 def _torch_peak_tflops(torch, n: int = 8192, seconds: float = 5.0) -> float:

@@ -10,6 +10,7 @@ from kiln.gpu.facts import (
     Expected,
     check,
     diag_failures,
+    fabric_pending,
     load_failure_cause,
     pack,
     summary_from_packed,
@@ -122,6 +123,7 @@ def test_unhealthy_gpus_are_named_by_index_bus_id_and_serial():
 
 def test_fabric_state_is_judged_only_on_nvswitch_systems():
     stuck = _with(_summary(V100S_8), 0, fabric_state="In Progress", fabric_status="N/A")
+    assert fabric_pending(stuck) and not fabric_pending(_summary(V100S_8))
     assert check(stuck, Expected(gpu_count=8)) == []
     assert check(stuck, Expected(gpu_count=8, fabric_manager=True)) == [
         "GPU 0: NVSwitch fabric state In Progress (N/A): is nvidia-fabricmanager running?"

@@ -82,6 +82,11 @@ class Expected:
     health: bool = True  # judge ECC, retired pages and row remapping too
 
 
+def fabric_pending(summary: dict[str, Any]) -> bool:
+    """True while a GPU has not finished joining the NVSwitch fabric (worth waiting for)."""
+    return any(gpu["fabric_state"] not in (None, "Completed") for gpu in summary["gpus"])
+
+
 def _health_problems(gpu: dict[str, Any]) -> list[str]:
     name = f"GPU {gpu['index']} ({gpu['pci_bus_id']}, serial {gpu['serial'] or 'unknown'})"
     found = []

@@ -8,6 +8,7 @@ from kiln.gpu.facts import (
     Expected,
     check,
     diag_failures,
+    fabric_pending,
     load_failure_cause,
     summary_from_packed,
 )
@@ -80,6 +81,7 @@ def driver_load_failure(
 FILTERS = {
     "kiln_gpu_summary": summary_from_packed,
     "kiln_gpu_check": gpu_check,
+    "kiln_gpu_fabric_pending": fabric_pending,
     "kiln_gpu_profile": gpu_profile,
     "kiln_driver_load_failure": driver_load_failure,
     "kiln_dcgmi_failures": diag_failures,

@@ -50,6 +50,9 @@ for version in 535.183.06-1 550.127.05-1; do
     package "nvidia-fabricmanager-$branch" "$version" "" /tmp/fabricmanager.service:/lib/systemd/system/nvidia-fabricmanager.service
     package "libnvidia-nscq-$branch" "$version" ""
 done
+package cuda-toolkit-12-2 12.2.2-1 "" \
+    /srv/build/nvcc:/usr/local/cuda-12.2/bin/nvcc \
+    /srv/build/cuda_12.2.140.txt:/usr/local/cuda-12.2/share/kiln-test/nvcc-version.txt
 package libnccl2 2.18.5-1+cuda12.2 ""
 package libnccl-dev 2.18.5-1+cuda12.2 "libnccl2 (= 2.18.5-1+cuda12.2)"
 package libnccl2 2.20.5-1+cuda12.4 ""

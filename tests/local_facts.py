@@ -1,0 +1,67 @@
+"""Run kiln's preflight on this machine through a local connection and read `kiln facts`.
+
+Shared by tests/gpu (a real GPU machine, `make gpu-check`) and tests/integration (any machine):
+the inventory declares no GPU model, so validation accepts any machine, and preflight's GPU
+count check is off; the facts are what is being checked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+KILN = str(Path(sys.executable).parent / "kiln")
+
+
+def local_facts(tmp_path: Path) -> tuple[dict, dict]:
+    """(the provision summary, this machine's facts) after `kiln provision --stages preflight`."""
+    inventory = tmp_path / "inventory"
+    inventory.mkdir()
+    (inventory / "hosts.yml").write_text(
+        "all:\n"
+        "  children:\n"
+        "    kiln_controllers:\n"
+        "      hosts:\n"
+        "        ctl: {kiln_gpu_model: none, ansible_host: 192.0.2.1}\n"
+        "    kiln_compute:\n"
+        "      hosts:\n"
+        "        localhost:\n"
+        "          kiln_gpu_model: none\n"
+        "          kiln_rack: r1\n"
+        "          ansible_connection: local\n"
+        "          ansible_become: false\n"
+        f"          ansible_python_interpreter: {sys.executable}\n"
+        "          preflight_check_gpus: false\n"
+    )
+    env = {**os.environ, "KILN_HOME": str(tmp_path / "home")}
+    provision = subprocess.run(
+        [
+            KILN,
+            "provision",
+            str(inventory),
+            "--stages",
+            "preflight",
+            "--limit",
+            "localhost",
+            "--yes",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    assert provision.returncode == 0, provision.stderr[-3000:]
+    facts = subprocess.run(
+        [KILN, "facts", str(inventory), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(provision.stdout), json.loads(facts.stdout)["hosts"]["localhost"]
