@@ -12,29 +12,14 @@ import re
 from pathlib import Path
 
 import pytest
+from tests.slurm_inventory import slurm_cluster
 
 from kiln.fleet import ExecResult, NodeResult, Status
-from kiln.inventory import require_valid
 from kiln.slurmctl.inspect import ABSENT, MARK, PROBE, inspect_node, parse_probe
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 XML = (REAL / "nvidia-smi-q-x" / "a100_sxm4_80gb_mig_telegraf.xml").read_text()
 SCONTROL = REAL / "slurm-sinfo-scontrol" / "scontrol_show_node_gpu_gres_drain_huji_slurm1711.txt"
-HOSTS = """\
-all:
-  children:
-    kiln_controllers:
-      hosts:
-        ctl: {ansible_host: 10.0.0.1}
-    kiln_compute:
-      hosts:
-        cortex-01:
-          ansible_host: 10.0.0.11
-          kiln_gpu_model: a100-sxm-80g
-          kiln_gpu_count: 8
-          kiln_ib_hcas: [mlx5_0, mlx5_1]
-        oxygen-04: {ansible_host: 10.0.0.12, kiln_gpu_model: none}
-"""
 
 
 def probe_output(smi: str | None, pci: list[str], ib: list[str], driver: str = "") -> str:
@@ -69,8 +54,7 @@ class Runner:
 
 @pytest.fixture
 def cluster(tmp_path: Path):
-    (tmp_path / "hosts.yml").write_text(HOSTS)
-    return require_valid(tmp_path)
+    return slurm_cluster(tmp_path)
 
 
 def rows(found) -> dict[str, tuple[str, str, bool | None]]:

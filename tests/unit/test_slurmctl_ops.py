@@ -12,27 +12,13 @@ import shlex
 from pathlib import Path
 
 import pytest
+from tests.slurm_inventory import slurm_cluster
 
 from kiln.errors import ExitCode, InvalidInputError, OperationFailed
 from kiln.fleet import ExecResult, NodeResult, Status
-from kiln.inventory import require_valid
 from kiln.render.hostlist import expand
 from kiln.slurmctl import drain, resume
 from kiln.slurmctl.state import from_sinfo
-
-HOSTS = """\
-all:
-  children:
-    kiln_controllers:
-      hosts:
-        ctl: {ansible_host: 10.0.0.1}
-    kiln_compute:
-      hosts:
-        cortex-01: {ansible_host: 10.0.0.11, kiln_gpu_model: a100-sxm-80g, kiln_gpu_count: 8}
-        oxygen-04: {ansible_host: 10.0.0.12, kiln_gpu_model: none}
-        cricket: {ansible_host: 10.0.0.13, kiln_gpu_model: none}
-        gpu-new: {ansible_host: 10.0.0.14, kiln_gpu_model: none}
-"""
 
 # Recorded from Slurm 22.05.8 (Debian 12) in the kiln sandbox with
 # `sinfo --noheader --format '%N|%T|%G|%u|%H|%E'`, after a hand drain with a hostile reason.
@@ -90,8 +76,7 @@ class FakeSlurm:
 
 @pytest.fixture
 def cluster(tmp_path: Path):
-    (tmp_path / "hosts.yml").write_text(HOSTS)
-    return require_valid(tmp_path)
+    return slurm_cluster(tmp_path)
 
 
 def slurm() -> FakeSlurm:

@@ -10,11 +10,11 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.slurm_inventory import slurm_cluster
 
 from kiln.burnin import BurninReport, save_report
 from kiln.burnin.verdicts import Action, Severity, Verdict
 from kiln.fleet import ExecResult, NodeResult, Status
-from kiln.inventory import require_valid
 from kiln.parsers.slurm import parse_scontrol_nodes
 from kiln.slurmctl.burnin import last_verdicts
 from kiln.slurmctl.state import from_scontrol
@@ -22,27 +22,11 @@ from kiln.slurmctl.status import NOT_IN_INVENTORY, NOT_IN_SLURM, cluster_status,
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "slurm-sinfo-scontrol"
 SCONTROL = FIXTURES / "scontrol_show_node_gpu_gres_drain_huji_slurm1711.txt"
-HOSTS = """\
-all:
-  children:
-    kiln_controllers:
-      hosts:
-        ctl: {ansible_host: 10.0.0.1}
-    kiln_compute:
-      hosts:
-        cortex-01: {ansible_host: 10.0.0.11, kiln_gpu_model: a100-sxm-80g, kiln_gpu_count: 8}
-        oxygen-04: {ansible_host: 10.0.0.12, kiln_gpu_model: none}
-        cricket: {ansible_host: 10.0.0.13, kiln_gpu_model: none}
-        gpu-new: {ansible_host: 10.0.0.14, kiln_gpu_model: none}
-"""
 
 
 @pytest.fixture
 def cluster(tmp_path: Path):
-    inventory = tmp_path / "inventory"
-    inventory.mkdir()
-    (inventory / "hosts.yml").write_text(HOSTS)
-    return require_valid(inventory)
+    return slurm_cluster(tmp_path / "inventory")
 
 
 @pytest.fixture
