@@ -37,6 +37,9 @@ SMI = FIXTURES / "real" / "nvidia-smi-q-x"
 V100S_8 = SMI / "tesla_v100s_pcie_32gb_8gpu_datakit.xml"
 A100_MIG = SMI / "a100_sxm4_80gb_mig_telegraf.xml"
 GPG = FIXTURES / "gpg"
+NVLINK = FIXTURES / "real" / "nvidia-smi-nvlink"
+V100_BAD_LINKS = NVLINK / "v100_sxm2_7gpu_inactive_links_azhpc.txt"
+H100_BRIDGE = NVLINK / "h100_pcie_2gpu_nvlink_bridge_hpe.txt"
 
 
 def _summary(path: Path) -> dict:
@@ -130,6 +133,30 @@ def test_fabric_state_is_judged_only_on_nvswitch_systems():
     ]
     done = _with(_summary(V100S_8), 0, fabric_state="Completed", fabric_status="Success")
     assert check(done, Expected(gpu_count=8, fabric_manager=True)) == []
+
+
+def test_nvlink_state_of_a_real_bad_node_is_judged_on_nvswitch_systems():
+    """The recorded V100 SXM2 node: GPU 7 missing from the NVLink listing, links inactive."""
+    summary = summary_from_packed(pack(V100S_8.read_text()), pack(V100_BAD_LINKS.read_text()))
+    nvlink = summary["nvlink"]
+    assert sorted(nvlink) == [str(i) for i in range(7)]
+    assert nvlink["0"] == {"links": 6, "active": 6, "inactive": [], "speed_gbs": 25.781}
+    problems = check(summary, Expected(gpu_count=8, fabric_manager=True))
+    assert "GPU 7: missing from nvidia-smi nvlink --status" in problems
+    assert any(p.startswith("GPU 6: NVLink 1") and "inactive" in p for p in problems)
+    assert check(summary, Expected(gpu_count=8)) == []  # no NVSwitch: links are not judged
+
+
+def test_nvlink_bridges_on_pcie_cards_are_facts_not_faults():
+    summary = summary_from_packed(pack(V100S_8.read_text()), pack(H100_BRIDGE.read_text()))
+    assert [summary["nvlink"][i]["active"] for i in ("0", "1")] == [12, 12]
+    assert summary["nvlink"]["0"]["speed_gbs"] == 26.562
+
+
+def test_unreadable_nvlink_output_leaves_the_links_unknown():
+    summary = summary_from_packed(pack(V100S_8.read_text()), pack("something else entirely\n"))
+    assert summary["nvlink"] is None and "nvlink" in summary["nvlink_error"]
+    assert check(summary, Expected(gpu_count=8, fabric_manager=True)) == []
 
 
 def test_driver_that_does_not_answer_is_explained():

@@ -15,7 +15,7 @@ from typing import Any
 
 from kiln.parsers import ParseError
 from kiln.parsers.dcgmi import parse_diag
-from kiln.parsers.nvidia_smi import Gpu, NvidiaSmiLog, parse_xml
+from kiln.parsers.nvidia_smi import Gpu, NvidiaSmiLog, NvlinkState, parse_nvlink_status, parse_xml
 
 
 def unpack(packed: str) -> str:
@@ -57,18 +57,46 @@ def _gpu_summary(gpu: Gpu) -> dict[str, Any]:
     }
 
 
-def summarise(log: NvidiaSmiLog) -> dict[str, Any]:
+def _nvlink_summary(links: list[NvlinkState]) -> dict[str, Any]:
+    speeds = [link.speed_gbs for link in links if link.active and link.speed_gbs is not None]
+    return {
+        "links": len(links),
+        "active": sum(link.active for link in links),
+        "inactive": [link.link for link in links if not link.active],
+        "speed_gbs": min(speeds) if speeds else None,
+    }
+
+
+def summarise(
+    log: NvidiaSmiLog, nvlink: dict[int, list[NvlinkState]] | None = None
+) -> dict[str, Any]:
+    """The node's GPUs; `nvlink` (from `nvidia-smi nvlink --status`) adds each GPU's links."""
     return {
         "driver_version": log.driver_version,
         "cuda_version": log.cuda_version,
         "attached_gpus": log.attached_gpus,
         "gpu_count": log.gpu_count,
         "gpus": [_gpu_summary(gpu) for gpu in log.gpus],
+        # JSON keys are strings: GPU index -> its links; None when nvidia-smi could not say.
+        "nvlink": None
+        if nvlink is None
+        else {str(index): _nvlink_summary(links) for index, links in sorted(nvlink.items())},
     }
 
 
-def summary_from_packed(packed: str) -> dict[str, Any]:
-    return summarise(parse_xml(unpack(packed)))
+def summary_from_packed(packed: str, nvlink_packed: str = "") -> dict[str, Any]:
+    """The summary from the module's packed outputs. NVLink output kiln cannot read leaves the
+    links unknown (and says why under "nvlink_error") rather than failing the GPU facts."""
+    nvlink, nvlink_error = None, None
+    if nvlink_packed:
+        try:
+            nvlink = parse_nvlink_status(unpack(nvlink_packed))
+        except ParseError as error:
+            nvlink_error = str(error)
+    summary = summarise(parse_xml(unpack(packed)), nvlink)
+    if nvlink_error:
+        summary["nvlink_error"] = nvlink_error
+    return summary
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +106,9 @@ class Expected:
     gpu_count: int
     product_names: tuple[str, ...] = ()  # empty: any model
     driver_version: str | None = None  # exact ("535.183.06") or a branch prefix ("535")
-    fabric_manager: bool = False  # NVSwitch system: each GPU must have joined the fabric
+    # NVSwitch system: each GPU must have joined the fabric and have every NVLink active
+    # (a PCIe card with NVLink bridges uses only some of its links, so it is not judged).
+    fabric_manager: bool = False
     health: bool = True  # judge ECC, retired pages and row remapping too
 
 
@@ -146,10 +176,29 @@ def check(summary: dict[str, Any], expected: Expected) -> list[str]:
                 problems.append(
                     f"GPU {gpu['index']}: NVSwitch fabric status {gpu['fabric_status']}"
                 )
+    if expected.fabric_manager and summary.get("nvlink") is not None:
+        problems.extend(_nvlink_problems(gpus, summary["nvlink"]))
     if expected.health:
         for gpu in gpus:
             problems.extend(_health_problems(gpu))
     return problems
+
+
+def _nvlink_problems(gpus: list[dict[str, Any]], nvlink: dict[str, dict[str, Any]]) -> list[str]:
+    found = []
+    for gpu in gpus:
+        links = nvlink.get(str(gpu["index"]))
+        if links is None:
+            found.append(f"GPU {gpu['index']}: missing from nvidia-smi nvlink --status")
+        elif links["links"] == 0:
+            found.append(f"GPU {gpu['index']}: no NVLink is active")
+        elif links["inactive"]:
+            listed = ", ".join(str(link) for link in links["inactive"])
+            found.append(
+                f"GPU {gpu['index']}: NVLink {listed} inactive "
+                f"({links['active']} of {links['links']} active)"
+            )
+    return found
 
 
 def load_failure_cause(
