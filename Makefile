@@ -40,12 +40,12 @@ system-deps:
 	  echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	elif [ -n "$$missing" ]; then echo "not installed (tests that need them will skip):$$missing"; fi
 
+# ANSIBLE_LIBRARY: kiln's modules live beside the playbooks (playbooks/library), where
+# ansible-playbook finds them by itself; ansible-lint checks roles on their own.
 lint: deps
 	$(BIN)/ruff check cli tests bench playbooks
 	$(BIN)/ruff format --check cli tests bench playbooks
 	$(BIN)/yamllint -s .
-	# ANSIBLE_LIBRARY: kiln's modules live beside the playbooks (playbooks/library), where
-	# ansible-playbook finds them by itself; ansible-lint checks roles on their own.
 	cd playbooks && ANSIBLE_LIBRARY=$(CURDIR)/playbooks/library ../$(BIN)/ansible-lint --profile production
 
 test-unit: deps system-deps
