@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.local_facts import local_facts
 
 from kiln.burnin.workloads import workload_path
 from kiln.parsers.nvidia_smi import parse_query_gpu_csv, parse_xml
 from kiln.profiles import profile_for_product_name
+from local_facts import local_facts
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]

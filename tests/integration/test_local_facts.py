@@ -6,7 +6,8 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from tests.local_facts import local_facts
+
+from local_facts import local_facts
 
 pytestmark = pytest.mark.integration
 

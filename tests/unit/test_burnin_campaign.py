@@ -69,13 +69,10 @@ def test_infiniband_nodes_are_read_before_and_after_and_their_rails_run_in_round
     read before the jobs (names for ib_write_bw) and after (counters), three ib rounds are
     submitted, the clients' reports come back with the results, and the slow HCA is drained."""
     import json
-    import sys
 
+    from ib_doubles import GEMM, HDR_195, HEALTHY, NODES, ROCE_98, dump, inventory
     from kiln.burnin import ib as IB
     from kiln.fleet import NodeResult, Status
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from ib_doubles import GEMM, HDR_195, HEALTHY, NODES, ROCE_98, dump, inventory
 
     cluster = require_valid(inventory(tmp_path / "inv"))
     reads: list[str] = []

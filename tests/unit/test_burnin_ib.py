@@ -15,15 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln.burnin import Action, Severity, judge_run
-from kiln.burnin import ib as IB
-from kiln.burnin.model import NO_IB, BurninReport
-from kiln.burnin.record import RunLayout, write_manifest
-from kiln.fabric.links import parse_sysfs_dump
-from kiln.inventory import require_valid
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ib_doubles import (  # noqa: E402
+from ib_doubles import (
     FIXTURES,
     GEMM,
     HDR_195,
@@ -34,6 +26,12 @@ from ib_doubles import (  # noqa: E402
     dump,
     inventory,
 )
+from kiln.burnin import Action, Severity, judge_run
+from kiln.burnin import ib as IB
+from kiln.burnin.model import NO_IB, BurninReport
+from kiln.burnin.record import RunLayout, write_manifest
+from kiln.fabric.links import parse_sysfs_dump
+from kiln.inventory import require_valid
 
 
 def test_the_dump_command_reads_names_guids_pci_ports_and_counters(tmp_path):
@@ -433,7 +431,6 @@ def test_reports_show_every_rail_measurement_and_the_counters_that_rose(tmp_path
 
 def test_the_workload_needs_only_python3():
     import ast
-    import sys
 
     from kiln.burnin.workloads import workload_path
 

@@ -16,12 +16,10 @@ from pathlib import Path
 import paramiko
 import pytest
 
+import sshd_fixture
 from kiln.fleet import Status, fold_results, render_text, run_command, select_nodes
 from kiln.fleet.channel import MAX_OUTPUT
 from kiln.inventory import require_valid
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import sshd_fixture  # noqa: E402
 
 sshd = sshd_fixture.sshd  # the module-scoped throwaway sshd fixture
 

@@ -12,10 +12,10 @@ import re
 from pathlib import Path
 
 import pytest
-from tests.slurm_inventory import slurm_cluster
 
 from kiln.fleet import ExecResult, NodeResult, Status
 from kiln.slurmctl.inspect import ABSENT, MARK, PROBE, inspect_node, parse_probe
+from slurm_inventory import slurm_cluster
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 XML = (REAL / "nvidia-smi-q-x" / "a100_sxm4_80gb_mig_telegraf.xml").read_text()

@@ -12,13 +12,13 @@ import shlex
 from pathlib import Path
 
 import pytest
-from tests.slurm_inventory import slurm_cluster
 
 from kiln.errors import ExitCode, InvalidInputError, OperationFailed
 from kiln.fleet import ExecResult, NodeResult, Status
 from kiln.render.hostlist import expand
 from kiln.slurmctl import drain, resume
 from kiln.slurmctl.state import from_sinfo
+from slurm_inventory import slurm_cluster
 
 # Recorded from Slurm 22.05.8 (Debian 12) in the kiln sandbox with
 # `sinfo --noheader --format '%N|%T|%G|%u|%H|%E'`, after a hand drain with a hostile reason.

@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.slurm_inventory import slurm_cluster
 
 from kiln.burnin import BurninReport, save_report
 from kiln.burnin.verdicts import Action, Severity, Verdict
@@ -19,6 +18,7 @@ from kiln.parsers.slurm import parse_scontrol_nodes
 from kiln.slurmctl.burnin import last_verdicts
 from kiln.slurmctl.state import from_scontrol
 from kiln.slurmctl.status import NOT_IN_INVENTORY, NOT_IN_SLURM, cluster_status, merge
+from slurm_inventory import slurm_cluster
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "slurm-sinfo-scontrol"
 SCONTROL = FIXTURES / "scontrol_show_node_gpu_gres_drain_huji_slurm1711.txt"
