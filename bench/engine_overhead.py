@@ -6,9 +6,9 @@ time is printed with the ratio to stock. Variants:
 
   stock          ansible-playbook with Ansible's defaults
   stock+pipe     ansible-playbook with ANSIBLE_PIPELINING=True
-  kiln           kiln.runner.engine.run_playbook (ansible-runner, kiln's settings and recorder)
-  kiln+mitogen   the same with the mitogen_linear strategy (needs --mitogen DIR: an unpacked
-                 or `pip install --target` copy of mitogen, which kiln does not depend on)
+  kiln           kiln.runner.engine.run_playbook as shipped (ansible-runner, kiln's settings,
+                 callback and recorder, the mitogen_linear strategy when mitogen is installed)
+  kiln-linear    the same with KILN_MITOGEN=0: Ansible's linear strategy
 
     python bench/engine_overhead.py --hosts 50 200 --forks 25
 """
@@ -122,27 +122,14 @@ def run_kiln(
     return elapsed
 
 
-def mitogen_env(directory: Path) -> dict[str, str]:
-    strategy = directory / "ansible_mitogen" / "plugins" / "strategy"
-    return {
-        "ANSIBLE_STRATEGY_PLUGINS": str(strategy),
-        "ANSIBLE_STRATEGY": "mitogen_linear",
-        "KILN_PYTHONPATH": str(directory),
-        "PYTHONPATH": str(directory),
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, nargs="+", default=[50, 200])
     parser.add_argument("--forks", type=int, default=25)
-    parser.add_argument("--variants", default="stock,stock+pipe,kiln,kiln+mitogen")
-    parser.add_argument(
-        "--mitogen", type=Path, help="directory holding the ansible_mitogen package"
-    )
+    parser.add_argument("--variants", default="stock,stock+pipe,kiln,kiln-linear")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
-    variants = [v for v in args.variants.split(",") if v != "kiln+mitogen" or args.mitogen]
+    variants = args.variants.split(",")
     figures = []
     for hosts in args.hosts:
         with tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp:
@@ -157,12 +144,12 @@ def main() -> None:
                     row[variant] = run_stock(
                         play, inventory, args.forks, {"ANSIBLE_PIPELINING": "True"}
                     )
-                elif variant == "kiln":
-                    row[variant] = run_kiln(play, inventory, args.forks, root, variant, {})
-                elif variant == "kiln+mitogen":
-                    row[variant] = run_kiln(
-                        play, inventory, args.forks, root, variant, mitogen_env(args.mitogen)
-                    )
+                elif variant in ("kiln", "kiln-linear"):
+                    os.environ["KILN_MITOGEN"] = "1" if variant == "kiln" else "0"
+                    try:
+                        row[variant] = run_kiln(play, inventory, args.forks, root, variant, {})
+                    finally:
+                        os.environ.pop("KILN_MITOGEN", None)
                 print(f"N={hosts:<5} {variant:<13} {row[variant]:7.1f} s", file=sys.stderr)
             figures.append(row)
     if args.json:
@@ -172,13 +159,17 @@ def main() -> None:
         f"{'hosts':>6} {'forks':>5} "
         + " ".join(f"{v:>13}" for v in variants)
         + "   ratio kiln/stock"
-        + ("  kiln+mitogen/stock" if "kiln+mitogen" in variants else "")
+        + ("  kiln-linear/stock" if "kiln-linear" in variants else "")
     )
     for row in figures:
         cells = " ".join(f"{row[v]:12.1f}s" for v in variants)
         ratio = f"{row['kiln'] / row['stock']:18.2f}" if "kiln" in row and "stock" in row else ""
-        mitogen = f"{row['kiln+mitogen'] / row['stock']:20.2f}" if "kiln+mitogen" in row else ""
-        print(f"{row['hosts']:>6} {row['forks']:>5} {cells} {ratio}{mitogen}")
+        linear = (
+            f"{row['kiln-linear'] / row['stock']:19.2f}"
+            if "kiln-linear" in row and "stock" in row
+            else ""
+        )
+        print(f"{row['hosts']:>6} {row['forks']:>5} {cells} {ratio}{linear}")
 
 
 if __name__ == "__main__":

@@ -1,17 +1,39 @@
 """Controller cost per host-task: kiln's sharded engine beside one stock ansible-playbook.
 
-Both run the same trivial play (TASKS tasks: set_fact and debug, no module shipped) over N
-hosts with ansible_connection=local, so what is measured is the controller's own cost: Ansible's
-per-host-task bookkeeping (which grows with the inventory it holds) plus, for kiln, ansible-runner
-and the event recorder. Cost = CPU seconds of the whole process tree (user + sys) / (N x tasks);
-peak memory = the largest summed RSS of that tree, sampled every 0.2 s.
+Engines, each over the same N hosts, one after the other at each N:
 
-Fits, by least squares over the sizes run: total controller CPU T(N) = a + bN + cN^2, shown as
-the cost per host-task T(N) / (N x tasks). The projection for 12,500 nodes is in docs/scale.md:
+  stock        the baseline: ONE stock ansible-playbook process over all N hosts, Ansible's
+               linear strategy and default callback, no ansible-runner
+  kiln         kiln's sharded engine as shipped (kiln.runner.provision): shards of --shard-size
+               hosts, --parallel at once, each an ansible-runner process with kiln's settings,
+               kiln's event callback and the mitogen_linear strategy (when mitogen is installed,
+               as kiln's dependencies install it)
+  kiln-linear  the same engine with KILN_MITOGEN=0: Ansible's stock linear strategy
 
-    python bench/scale_cost.py                 # N = 100 300 1000 3000 (about 10 min, 2 cores)
-    python bench/scale_cost.py --full          # adds 10,000
-    python bench/scale_cost.py --hosts 100 300 --shard-size 100 --json
+All run the same trivial play (TASKS tasks: set_fact and debug, no module shipped) over hosts
+with ansible_connection=local, so what is measured is the controller's own work: Ansible's
+per-host-task bookkeeping (a forked worker per host-task; the part that grows with the
+inventory a process holds) plus, for kiln, ansible-runner, the event recorder and the merging.
+
+Cost = CPU seconds (user + sys) of the whole controller process tree / (N x tasks); kiln's own
+Python (threads, recorder, merging; the memory sampler's thread left out) is shown apart. Memory =
+the peak summed PSS of the tree (shared pages of forked workers counted once), sampled every
+0.5 s; the summed RSS is kept too. Fits, by least squares over the sizes each engine ran: total
+controller CPU T(N) = a + bN + cN^2, and, for kiln, a straight line (every shard holds
+--shard-size hosts whatever N is). The 12,500-node projection and its model: docs/scale.md.
+
+Busy forks (--busy, on by default): the trivial play's workers live a few milliseconds, but over
+SSH every fork waits on its node. A second play holds each worker for --busy-seconds over
+shard-size x parallel hosts (every parallel slot full) and measures what one running shard takes
+then (its ansible-playbook main + 25 busy forks); the memory projection, and the shards x forks
+that re-run fastest within 2 GiB, use it.
+
+    python bench/scale_cost.py        # all three engines; N = 100 300 1000 3000 10000 on a machine
+                                      # of 8 cores or more (what `make bench` runs), else 100..3000
+    python bench/scale_cost.py --full              # N = 100 ... 10,000 whatever the machine
+    python bench/scale_cost.py --hosts 100 300 1000 --engines stock kiln
+    python bench/scale_cost.py --hosts 100 300 1000 3000 --engine-max stock=1000 --json
+    python bench/scale_cost.py --from-json bench/results/scale_cost-2026-11-30.json  # re-fit
 """
 
 from __future__ import annotations
@@ -28,6 +50,7 @@ import time
 from pathlib import Path
 
 from kiln.inventory import require_valid
+from kiln.runner import engine
 from kiln.runner.provision import ProvisionOptions, provision
 from kiln.runner.stages import Stage
 
@@ -50,31 +73,57 @@ PLAY = """\
       ansible.builtin.debug:
         var: bench_other
 """
-# Task counts of kiln's stages, counted in playbooks/ (see docs/scale.md); a no-change re-run
-# runs each of them once per host (skipped tasks are cheaper; counted in full).
+# Memory with every fork busy, as over SSH, where each host-task waits on its node: one task
+# that holds its worker for a while (a `sleep` through the pipe lookup, in the worker).
+BUSY_PLAY = """\
+- name: Busy forks, memory only
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Hold the worker as a remote task would
+      ansible.builtin.set_fact:
+        bench_wait: "{{{{ lookup('ansible.builtin.pipe', 'sleep {seconds}') }}}}"
+"""
+ENGINES = ("stock", "kiln", "kiln-linear")
+SMALL_SIZES = [100, 300, 1000, 3000]
+FULL_SIZES = [100, 300, 1000, 3000, 10_000]
+FULL_FROM_CORES = 8  # `make bench` runs the full range from this many cores up
+# Task counts of kiln's stages on a GPU compute node, counted in playbooks/ on 2026-11-30 (named
+# tasks in the roles' tasks/ files; see docs/scale.md); a no-change re-run runs each of them once
+# per host (skipped tasks are cheaper; counted in full).
 STAGE_TASKS = {
-    "preflight": 8,  # 7 role tasks + fact gathering
+    "preflight": 10,  # 9 role tasks + fact gathering
     "base": 11,
-    "nvidia": 30,  # playbook not written yet: an estimate
+    "nvidia": 66,  # nvidia_driver 44, nvidia_repo 10, nvidia_dcgm 6, nvidia_cuda 5, gathering
     "infiniband": 39,
-    "nccl": 10,  # estimate
-    "slurm": 52,  # 49 role tasks + 3 fact gatherings
-    "power": 10,  # estimate
+    "nccl": 17,  # 16 role tasks (11 of them only when nccl-tests is built) + gathering
+    "slurm": 52,  # 49 role tasks on a compute node + 3 fact gatherings
+    "power": 32,  # 31 role tasks + gathering
 }
 TARGET_NODES = 12_500
 TARGET_CORES = 64
+MEMORY_GOAL = 2 * 2**30
+COST_GOAL_S = 0.005
 # Per host-task remote latency over SSH with pipelining + ControlPersist (module run on the
 # node): overlapped across forks, so it bounds wall time only through forks per shard.
 REMOTE_TASK_S = 0.35
 FORKS = 25
+PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 class TreeSampler:
-    """Peak summed RSS of a process and its descendants, from /proc."""
+    """Peak summed PSS and RSS of this process's descendants, from /proc, every 0.5 s.
+
+    The sampler's own CPU (its thread) is kept apart so it is not billed to kiln.
+    """
 
     def __init__(self, root: int) -> None:
         self.root = root
-        self.peak = 0
+        self.peak_pss = 0
+        self.peak_rss = 0
+        self.peak_own = 0  # this process (kiln's own Python, for the kiln engines)
+        self.peak_direct = 0  # at the PSS peak: RSS of root's children (ansible-playbook mains)
+        self.cpu_s = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -87,11 +136,31 @@ class TreeSampler:
         self._thread.join()
 
     def _loop(self) -> None:
-        while not self._stop.wait(0.2):
-            self.peak = max(self.peak, tree_rss(self.root))
+        while not self._stop.wait(0.5):
+            pss, rss, direct = tree_memory(self.root)
+            if pss > self.peak_pss:
+                self.peak_pss, self.peak_direct = pss, direct
+            self.peak_rss = max(self.peak_rss, rss)
+            with open(f"/proc/{self.root}/statm") as statm:
+                self.peak_own = max(self.peak_own, int(statm.read().split()[1]) * PAGE)
+        self.cpu_s = time.thread_time()
 
 
-def tree_rss(root: int) -> int:
+def _pss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def tree_memory(root: int) -> tuple[int, int, int]:
+    """(summed PSS, summed RSS) of root's descendants, root itself (this Python) left out, and
+    the summed RSS of root's own children (every page of the ansible-playbook mains: the pages
+    their forks share are theirs)."""
     parents: dict[int, int] = {}
     rss: dict[int, int] = {}
     for entry in os.listdir("/proc"):
@@ -101,17 +170,21 @@ def tree_rss(root: int) -> int:
             with open(f"/proc/{entry}/stat") as stat:
                 fields = stat.read().rsplit(")", 1)[1].split()
             parents[int(entry)] = int(fields[1])
-            rss[int(entry)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+            rss[int(entry)] = int(fields[21]) * PAGE
         except (OSError, IndexError, ValueError):
             continue
-    tree, frontier = {root}, [root]
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    tree, frontier = set(), [root]
     while frontier:
-        parent = frontier.pop()
-        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
-        tree.update(children)
-        frontier += children
-    # the root's own RSS (this Python) is not the controller's work
-    return sum(rss.get(pid, 0) for pid in tree if pid != root)
+        for child in children.get(frontier.pop(), ()):
+            if child not in tree:
+                tree.add(child)
+                frontier.append(child)
+    pss = {pid: _pss(pid) for pid in tree}
+    direct = sum(rss.get(pid, 0) for pid in children.get(root, ()))
+    return sum(pss.values()), sum(rss.get(pid, 0) for pid in tree), direct
 
 
 def children_cpu() -> float:
@@ -150,50 +223,74 @@ def run_stock(work: Path, inventory: Path, playbook: Path) -> dict:
         "ANSIBLE_CONFIG": str(work / "none.cfg"),
     }
     before, start = children_cpu(), time.monotonic()
-    proc = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            str(inventory / "hosts.yml"),
-            str(playbook),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
     with TreeSampler(os.getpid()) as sampler:
-        _, stderr = proc.communicate()
+        proc = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "ansible-playbook"),
+                "-i",
+                str(inventory / "hosts.yml"),
+                str(playbook),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+            check=False,
+        )
     if proc.returncode:
-        raise SystemExit(f"stock ansible-playbook failed: {stderr.decode()[-2000:]}")
+        raise SystemExit(f"stock ansible-playbook failed: {proc.stderr.decode()[-2000:]}")
     return {
         "wall_s": time.monotonic() - start,
         "cpu_s": children_cpu() - before,
-        "rss": sampler.peak,
+        "pss": sampler.peak_pss,
+        "rss": sampler.peak_rss,
+        "mains_rss": sampler.peak_direct,
+        "strategy": "linear",
+        "processes": 1,
     }
 
 
-def run_kiln(work: Path, inventory: Path, playbook: Path, shard_size: int, parallel: int) -> dict:
-    cluster = require_valid(inventory)
-    options = ProvisionOptions(
-        stages=[Stage("bench", str(playbook), "")],
-        shard_by="count",
-        shard_size=shard_size,
-        max_parallel_shards=parallel,
-        forks=FORKS,
-    )
-    before, start = children_cpu(), time.monotonic()
-    self_before = time.process_time()
-    with TreeSampler(os.getpid()) as sampler:
-        summary = provision(cluster, options, state=work / "state")
+def run_kiln(
+    work: Path, inventory: Path, playbook: Path, shard_size: int, parallel: int, mitogen: bool
+) -> dict:
+    saved = os.environ.get("KILN_MITOGEN")
+    os.environ["KILN_MITOGEN"] = "1" if mitogen else "0"
+    try:
+        strategy = "mitogen_linear" if engine.mitogen_strategy_dir() else "linear"
+        cluster = require_valid(inventory)
+        options = ProvisionOptions(
+            stages=[Stage("bench", str(playbook), "")],
+            shard_by="count",
+            shard_size=shard_size,
+            max_parallel_shards=parallel,
+            forks=FORKS,
+        )
+        before, start = children_cpu(), time.monotonic()
+        own_before = time.process_time()
+        with TreeSampler(os.getpid()) as sampler:
+            summary = provision(cluster, options, state=work / "state")
+        own = time.process_time() - own_before - sampler.cpu_s
+    finally:
+        if saved is None:
+            os.environ.pop("KILN_MITOGEN", None)
+        else:
+            os.environ["KILN_MITOGEN"] = saved
     if summary["exit_code"] != 0:
         raise SystemExit(f"kiln run failed: {summary.get('stopped')}")
-    own = time.process_time() - self_before  # kiln's own Python: threads, recorder, merging
+    record = Path(summary["record"])
+    shards = summary["stages"][0]["shards"]
     return {
         "wall_s": time.monotonic() - start,
         "cpu_s": children_cpu() - before + own,
         "kiln_own_cpu_s": own,
-        "rss": sampler.peak,
-        "shards": len(summary["stages"][0]["shards"]),
+        "pss": sampler.peak_pss,
+        "rss": sampler.peak_rss,
+        "mains_rss": sampler.peak_direct,
+        "own_rss": sampler.peak_own,
+        "strategy": strategy,
+        "shards": len(shards),
+        "processes": min(parallel, max(1, len(shards) - 1)),  # compute shards at once
+        "record_bytes": sum(f.stat().st_size for f in record.rglob("*") if f.is_file()),
+        "events": summary.get("events"),
     }
 
 
@@ -236,36 +333,158 @@ def per_task(coefficients: tuple[float, float, float], n: float) -> float:
     return (a + b * n + c * n * n) / (n * TASKS)
 
 
-def projection(stock: tuple, kiln: tuple, shard_size: int) -> dict:
+def projection(
+    name: str,
+    rows: list[dict],
+    cpu_fit: tuple[float, float, float],
+    parallel: int,
+    busy: dict | None = None,
+) -> dict:
+    """A no-change re-run of TARGET_NODES nodes on one TARGET_CORES-core controller (the model
+    is in docs/scale.md): host-tasks x max(CPU per host-task / processes, remote latency)."""
     host_tasks = TARGET_NODES * sum(STAGE_TASKS.values())
-    stock_cpu = per_task(stock, TARGET_NODES)
-    # Every kiln shard holds shard_size hosts whatever N is, so its cost is linear in N: the
-    # slope of a straight-line fit (a negative or tiny c from noise must not be extrapolated).
-    kiln_cpu = per_task((kiln[0], kiln[1], 0.0), TARGET_NODES)
-    # Stock: one process, single-threaded controller; remote latency overlaps across forks.
-    stock_wall = host_tasks * max(stock_cpu, REMOTE_TASK_S / FORKS)
-    # kiln: shards in parallel, one per core; each shard's floor is its remote latency.
-    kiln_wall = host_tasks * max(kiln_cpu / TARGET_CORES, REMOTE_TASK_S / (FORKS * TARGET_CORES))
-    return {
+    cpu = per_task(cpu_fit, TARGET_NODES)
+    if name == "stock":
+        processes = 1  # one single-threaded controller loop
+        memory = fit_line([(r["hosts"], r["pss"]) for r in rows])
+        memory_at_target = memory[0] + memory[1] * TARGET_NODES
+        if busy is not None:  # plus what busy forks add over the trivial play's short ones
+            at = min(rows, key=lambda r: abs(r["hosts"] - busy["hosts"]))
+            memory_at_target += max(0, busy["pss"] - at["pss"])
+    else:
+        processes = TARGET_CORES  # one shard per core
+        # Every running shard holds shard_size hosts whatever N is: memory = shards running x
+        # what one running shard takes, plus kiln's own Python (linear in N). One shard's share
+        # is read where every parallel slot was busy (compute shards >= parallel).
+        full = [r for r in rows if r["shards"] - 1 >= parallel] or rows
+        per_shard = max(r["pss"] / r["processes"] for r in full)
+        if busy is not None:  # what a shard takes with all its forks busy, as over SSH
+            per_shard = busy["per_shard"]
+        own = fit_line([(r["hosts"], r["own_rss"]) for r in rows])
+        own_at_target = own[0] + own[1] * TARGET_NODES
+        memory_at_target = processes * per_shard + own_at_target
+    wall = host_tasks * max(cpu / processes, REMOTE_TASK_S / (FORKS * processes))
+    result = {
         "host_tasks": host_tasks,
-        "stock_cost_per_host_task_ms": stock_cpu * 1e3,
-        "kiln_cost_per_host_task_ms": kiln_cpu * 1e3,
-        "stock_no_change_rerun_h": stock_wall / 3600,
-        "kiln_no_change_rerun_h": kiln_wall / 3600,
+        "cost_per_host_task_ms": cpu * 1e3,
+        "processes": processes,
+        "no_change_rerun_h": wall / 3600,
+        "memory_gib": memory_at_target / 2**30,
     }
+    if name != "stock":
+        # the most shards that fit the memory goal, and the re-run time at that many
+        fits = int((MEMORY_GOAL - own_at_target) // per_shard)
+        fits = max(1, min(TARGET_CORES, fits))
+        result["per_shard_mib"] = per_shard / 2**20
+        result["own_gib"] = own_at_target / 2**30
+        result["shards_within_2gib"] = fits
+        result["no_change_rerun_within_2gib_h"] = (
+            host_tasks * max(cpu / fits, REMOTE_TASK_S / (FORKS * fits)) / 3600
+        )
+        if busy is not None and "per_fork" in busy:
+            result["best_within_2gib"] = best_within(
+                host_tasks, cpu, busy["base"], busy["per_fork"], own_at_target
+            )
+    return result
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, nargs="+", default=[100, 300, 1000, 3000])
-    parser.add_argument("--full", action="store_true", help="add 10,000 hosts")
-    parser.add_argument("--shard-size", type=int, default=100)
-    parser.add_argument("--parallel", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    sizes = sorted(set(args.hosts + ([10_000] if args.full else [])))
-    os.environ.setdefault("KILN_MITOGEN", "0")  # the same stock strategy on both sides
-    rows = []
+def best_within(host_tasks: int, cpu: float, base: float, per_fork: float, own: float) -> dict:
+    """The shards at once x forks per shard that re-run fastest within the memory goal, with
+    memory = shards x (main + forks x per busy fork) + kiln's own."""
+    best: dict = {}
+    for forks in range(1, FORKS + 1):
+        shards = int((MEMORY_GOAL - own) // (base + forks * per_fork))
+        shards = min(TARGET_CORES, shards)
+        if shards < 1:
+            continue
+        wall = host_tasks * max(cpu / shards, REMOTE_TASK_S / (forks * shards))
+        if not best or wall < best["wall_s"]:
+            memory = shards * (base + forks * per_fork) + own
+            best = {"shards": shards, "forks": forks, "wall_s": wall, "memory": memory}
+    if best:
+        best["no_change_rerun_h"] = best.pop("wall_s") / 3600
+        best["memory_gib"] = best.pop("memory") / 2**30
+    return best
+
+
+def describe(name: str, n: int, r: dict, baseline: dict | None) -> str:
+    ht = n * TASKS
+    text = (
+        f"N={n:>6}  {name:<11} {r['wall_s']:7.1f} s wall {r['cpu_s']:8.1f} s cpu "
+        f"{r['cpu_s'] / ht * 1e3:6.2f} ms/host-task  PSS {r['pss'] / 2**20:6.0f} MiB"
+        f" (RSS {r['rss'] / 2**20:6.0f})  {r['strategy']}"
+    )
+    if "shards" in r:
+        text += (
+            f", {r['shards']} shards; kiln's own {r['kiln_own_cpu_s'] / ht * 1e3:.2f} ms/host-task"
+        )
+    if baseline is not None:
+        text += (
+            f"; / stock: cpu x{r['cpu_s'] / baseline['cpu_s']:.2f}"
+            f" wall x{r['wall_s'] / baseline['wall_s']:.2f}"
+        )
+    return text
+
+
+def measure_busy(engines: list[str], shard_size: int, parallel: int, seconds: float) -> dict:
+    """Peak memory with all forks busy: shard_size x parallel hosts, so that every parallel
+    slot holds a full shard; per running shard = peak PSS / shards running."""
+    hosts = shard_size * parallel
+    busy: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="kiln-busy-") as tmp:
+        work = Path(tmp)
+        playbook = work / "play" / "busy.yml"
+        playbook.parent.mkdir()
+        playbook.write_text(BUSY_PLAY.format(seconds=seconds))
+        (work / "none.cfg").write_text("")
+        inventory = write_inventory(work / "inv", hosts)
+        for name in engines:
+            if name == "stock":  # one process: 25 busy forks over a few rounds are enough
+                stock_hosts = min(hosts, 2 * shard_size)
+                result = run_stock(work, write_inventory(work / "stock", stock_hosts), playbook)
+            else:
+                result = run_kiln(
+                    work / name, inventory, playbook, shard_size, parallel, name == "kiln"
+                )
+            per_shard = result["pss"] / result["processes"]
+            # a shard = its ansible-playbook main (all of its pages) + what each busy fork adds
+            # (its private pages; mitogen's multiplexer is counted with the forks)
+            base = result["mains_rss"] / result["processes"]
+            per_fork = max(0.0, per_shard - base) / min(FORKS, shard_size)  # forks busy
+            busy[name] = {
+                "hosts": stock_hosts if name == "stock" else hosts,
+                "seconds": seconds,
+                "per_shard": per_shard,
+                "base": base,
+                "per_fork": per_fork,
+                **result,
+            }
+            print(
+                f"busy forks ({busy[name]['hosts']} hosts, each task holding its worker "
+                f"{seconds:g} s): "
+                f"{name:<11} peak PSS {result['pss'] / 2**20:6.0f} MiB over "
+                f"{result['processes']} process(es): {per_shard / 2**20:.0f} MiB each "
+                f"({base / 2**20:.0f} MiB main + {FORKS} forks x {per_fork / 2**20:.1f} MiB)",
+                file=sys.stderr,
+                flush=True,
+            )
+    return busy
+
+
+def run_all(args: argparse.Namespace) -> dict:
+    """Every engine at every size, one after the other at each N; returns the runs document."""
+    if args.full or (args.hosts is None and (os.cpu_count() or 1) >= FULL_FROM_CORES):
+        sizes = FULL_SIZES
+    else:
+        sizes = sorted(set(args.hosts or SMALL_SIZES))
+    limits = {key: int(value) for key, value in (item.split("=", 1) for item in args.engine_max)}
+    runs: dict[str, list[dict]] = {name: [] for name in args.engines}
+    print(
+        "baseline 'stock': one stock ansible-playbook process over all N hosts (linear "
+        f"strategy); kiln: shards of {args.shard_size}, {args.parallel} at once, forks {FORKS}; "
+        f"{TASKS} trivial tasks, local connection",
+        file=sys.stderr,
+    )
     with tempfile.TemporaryDirectory(prefix="kiln-scale-") as tmp:
         work = Path(tmp)
         playbook = work / "play" / "bench.yml"
@@ -274,46 +493,150 @@ def main() -> int:
         (work / "none.cfg").write_text("")
         for n in sizes:
             inventory = write_inventory(work / f"inv{n}", n)
-            stock = run_stock(work, inventory, playbook)
-            kiln = run_kiln(work / f"k{n}", inventory, playbook, args.shard_size, args.parallel)
-            row = {"hosts": n, "stock": stock, "kiln": kiln}
-            rows.append(row)
-            print(
-                f"N={n:>6}  stock {stock['wall_s']:7.1f} s wall {stock['cpu_s']:7.1f} s cpu "
-                f"{stock['cpu_s'] / (n * TASKS) * 1e3:6.2f} ms/host-task "
-                f"{stock['rss'] / 2**20:7.0f} MiB"
-                f" | kiln {kiln['wall_s']:7.1f} s wall {kiln['cpu_s']:7.1f} s cpu "
-                f"{kiln['cpu_s'] / (n * TASKS) * 1e3:6.2f} ms/host-task "
-                f"{kiln['rss'] / 2**20:7.0f} MiB "
-                f"({kiln['shards']} shards)",
-                file=sys.stderr,
-                flush=True,
-            )
-    result: dict = {"rows": rows, "tasks": TASKS, "shard_size": args.shard_size}
-    if len(rows) >= 3:
-        stock_fit = fit([(r["hosts"], r["stock"]["cpu_s"]) for r in rows])
-        kiln_fit = fit([(r["hosts"], r["kiln"]["cpu_s"]) for r in rows])
-        kiln_line = fit_line([(r["hosts"], r["kiln"]["cpu_s"]) for r in rows])
-        result.update(stock_fit=stock_fit, kiln_fit=kiln_fit, kiln_line=kiln_line)
-        result["projection"] = projection(stock_fit, kiln_line, args.shard_size)
-        for name, (a, b, c) in (("stock", stock_fit), ("kiln", kiln_fit)):
-            print(
-                f"{name:>5}: controller CPU T(N) = {a:.3g} + {b:.3g} N + {c:.3g} N^2 s "
-                f"({TASKS} tasks); per host-task at 12,500: "
-                f"{per_task((a, b, c), TARGET_NODES) * 1e3:.2f} ms",
-                file=sys.stderr,
-            )
-        a, b, _ = kiln_line
-        print(f" kiln: straight line T(N) = {a:.3g} + {b:.3g} N s", file=sys.stderr)
-        p = result["projection"]
+            baseline = None
+            for name in args.engines:
+                if n > limits.get(name, n):
+                    continue
+                if name == "stock":
+                    result = run_stock(work, inventory, playbook)
+                    baseline = result
+                else:
+                    result = run_kiln(
+                        work / f"{name}{n}",
+                        inventory,
+                        playbook,
+                        args.shard_size,
+                        args.parallel,
+                        mitogen=name == "kiln",
+                    )
+                runs[name].append({"hosts": n, **result})
+                compare = baseline if name != "stock" else None
+                print(describe(name, n, result, compare), file=sys.stderr, flush=True)
+    return {
+        "tasks": TASKS,
+        "shard_size": args.shard_size,
+        "parallel": args.parallel,
+        "forks": FORKS,
+        "runs": runs,
+    }
+
+
+def report(document: dict) -> dict:
+    """Fits and the 12,500-node projection of a runs document; printed on stderr, and added."""
+    runs = document["runs"]
+    document["fits"], document["projection"] = {}, {}
+    for name, rows in runs.items():
+        if len(rows) < 3:
+            continue
+        points = [(r["hosts"], r["cpu_s"]) for r in rows]
+        quadratic = fit(points)
+        line = fit_line(points)
+        document["fits"][name] = {"quadratic": quadratic, "line": line}
+        # kiln: every shard holds shard_size hosts, so its cost is linear in N; a tiny or
+        # negative c from noise must not be extrapolated
+        use = quadratic if name == "stock" else line
+        busy = document.get("busy", {}).get(name)
+        document["projection"][name] = projection(name, rows, use, document["parallel"], busy)
+        a, b, c = quadratic
         print(
-            f"no-change re-run of {TARGET_NODES} nodes x {sum(STAGE_TASKS.values())} tasks on "
-            f"{TARGET_CORES} cores: stock one process {p['stock_no_change_rerun_h']:.1f} h, "
-            f"kiln sharded {p['kiln_no_change_rerun_h']:.2f} h",
+            f"{name:>11}: T(N) = {a:.3g} + {b:.3g} N + {c:.3g} N^2 s; "
+            f"per host-task at 12,500: {per_task(quadratic, TARGET_NODES) * 1e3:.2f} ms"
+            + (
+                f"; straight line {line[0]:.3g} + {line[1]:.3g} N s: "
+                f"{per_task(line, TARGET_NODES) * 1e3:.2f} ms"
+                if name != "stock"
+                else ""
+            ),
             file=sys.stderr,
         )
+    stock = document["projection"].get("stock")
+    for name, p in document["projection"].items():
+        ratio = (
+            f", x{p['cost_per_host_task_ms'] / stock['cost_per_host_task_ms']:.2f} of stock"
+            if stock and name != "stock"
+            else ""
+        )
+        goal = "meets" if p["cost_per_host_task_ms"] <= COST_GOAL_S * 1e3 else "misses"
+        text = (
+            f"{name:>11} at {TARGET_NODES} nodes x {sum(STAGE_TASKS.values())} tasks: "
+            f"{p['cost_per_host_task_ms']:.2f} ms per host-task{ratio} ({goal} the 5 ms goal); "
+            f"no-change re-run on {p['processes']} process(es) {p['no_change_rerun_h']:.2f} h; "
+            f"memory {p['memory_gib']:.2f} GiB"
+        )
+        if "per_shard_mib" in p:
+            text += (
+                f" ({p['per_shard_mib']:.0f} MiB per running shard; {p['shards_within_2gib']} "
+                f"shards fit 2 GiB: re-run {p['no_change_rerun_within_2gib_h']:.2f} h)"
+            )
+        if p.get("best_within_2gib"):
+            b = p["best_within_2gib"]
+            text += (
+                f"; fastest within 2 GiB: {b['shards']} shards x {b['forks']} forks, re-run "
+                f"{b['no_change_rerun_h']:.2f} h, {b['memory_gib']:.2f} GiB"
+            )
+        print(text, file=sys.stderr)
+    return document
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--hosts",
+        type=int,
+        nargs="+",
+        help=f"sizes (default {FULL_SIZES} from {FULL_FROM_CORES} cores up, else {SMALL_SIZES})",
+    )
+    parser.add_argument("--full", action="store_true", help=f"N = {FULL_SIZES}")
+    parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
+    parser.add_argument(
+        "--engine-max",
+        nargs="+",
+        default=[],
+        metavar="ENGINE=N",
+        help="run ENGINE only up to N hosts (e.g. stock=1000 on a small machine)",
+    )
+    parser.add_argument("--shard-size", type=int, default=100)
+    parser.add_argument("--parallel", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        metavar="FILE",
+        help="run nothing: fit and project the runs a previous --json run saved",
+    )
+    parser.add_argument(
+        "--busy",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also measure memory with every fork busy (on by default; off with --from-json)",
+    )
+    parser.add_argument("--busy-seconds", type=float, default=1.0)
+    parser.add_argument("--json", action="store_true", help="print the whole document on stdout")
+    args = parser.parse_args()
+    if args.from_json:
+        document = json.loads(args.from_json.read_text())
+        for name, rows in document["runs"].items():
+            stock = {r["hosts"]: r for r in document["runs"].get("stock", [])}
+            for r in rows:
+                compare = stock.get(r["hosts"]) if name != "stock" else None
+                print(describe(name, r["hosts"], r, compare), file=sys.stderr)
+        for name, b in document.get("busy", {}).items():
+            print(
+                f"busy forks ({b['hosts']} hosts, {b['seconds']:g} s): {name:<11} peak PSS "
+                f"{b['pss'] / 2**20:.0f} MiB, {b['per_shard'] / 2**20:.0f} MiB per process "
+                f"({b['base'] / 2**20:.0f} MiB main + {FORKS} forks x "
+                f"{b['per_fork'] / 2**20:.1f} MiB)",
+                file=sys.stderr,
+            )
+    else:
+        document = run_all(args)
+    if args.busy or (args.busy is None and not args.from_json):
+        engines = list(document["runs"])
+        document["busy"] = measure_busy(
+            engines, document["shard_size"], document["parallel"], args.busy_seconds
+        )
+    report(document)
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(document, indent=2))
     return 0
 
 

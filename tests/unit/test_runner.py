@@ -159,6 +159,11 @@ def test_run_playbook_passes_exact_arguments(tmp_path, inventory, fake_runner, m
     assert env["ANSIBLE_GATHERING"] == "smart"
     assert "ANSIBLE_STRATEGY" not in env
     assert env["ANSIBLE_CONFIG"] == str(tmp_path / "run" / "base" / "ansible.cfg")
+    # ansible-runner's stdout callback comes from kiln's directory, extending ansible-runner's own
+    assert env["AWX_LIB_DIRECTORY"] == str(engine.CALLBACK_DIR)
+    assert (engine.CALLBACK_DIR / "awx_display.py").is_file()
+    assert Path(env["KILN_RUNNER_CALLBACK"]).name == "awx_display.py"
+    assert Path(env["KILN_RUNNER_CALLBACK"]).is_file()
 
 
 def test_mitogen_strategy_is_used_when_installed(tmp_path, inventory, monkeypatch):
@@ -587,6 +592,50 @@ def test_real_local_run_flows_events_and_stats_end_to_end(tmp_path):
 
     second = provision.provision(real, provision.ProvisionOptions(stages), state=state)
     assert second["exit_code"] == 0 and second["changed"] == 0
+
+
+def test_real_run_sends_one_compact_event_per_host_task(tmp_path):
+    """kiln's awx_display: no runner_on_start, ok results carry only `changed`, a failure keeps
+    its whole result; per-host results, the recap and the displayed stdout are unchanged."""
+    local_cluster(tmp_path / "inv", ["n1", "n2"], fail=("n2",))
+
+    class Keeping(EventRecorder):
+        def __init__(self) -> None:
+            super().__init__("preflight")
+            self.seen: list[dict] = []
+
+        def __call__(self, event: dict) -> bool:
+            self.seen.append(event)
+            return super().__call__(event)
+
+    recorder = Keeping()
+    result = engine.run_playbook(
+        request(
+            tmp_path,
+            tmp_path / "inv" / "hosts.yml",
+            extravars={"kiln_max_fail_percentage": 100},
+        ),
+        recorder,
+        ["n1", "n2"],
+    )
+    kinds = [event["event"] for event in recorder.seen]
+    assert "runner_on_start" not in kinds
+    oks = [e["event_data"] for e in recorder.seen if e["event"] == "runner_on_ok"]
+    assert oks and all(set(data["res"]) == {"changed"} for data in oks)
+    assert {(d["host"], d["task"], d["res"]["changed"]) for d in oks} >= {
+        ("n1", "Say hello", False),
+        ("n1", "Write a marker file", True),
+    }
+    (failed,) = [e["event_data"] for e in recorder.seen if e["event"] == "runner_on_failed"]
+    assert failed["host"] == "n2" and failed["res"]["msg"] == "n2 was asked to fail"
+    assert set(failed["res"]) > {"msg", "changed"}  # the whole result as ansible-runner sends it
+    assert result.hosts["n1"].status == "changed" and result.hosts["n1"].ok == 3
+    assert result.hosts["n2"].status == "failed"
+    assert result.hosts["n2"].failed_task == "Fail where the inventory asks for it"
+    assert result.artifact_data == {"kiln_preflight": {"n1": {"marker": "n1"}}}
+    stdout = (result.artifact_dir / "stdout").read_text()
+    assert "ok: [n1]" in stdout and "changed: [n1]" in stdout and "fatal: [n2]" in stdout
+    assert not list(result.artifact_dir.glob("job_events/*"))  # no partial file left behind
 
 
 def test_real_local_run_stops_at_the_failure_threshold(tmp_path):

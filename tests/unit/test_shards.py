@@ -110,6 +110,27 @@ def test_threshold_is_judged_over_the_whole_stage():
     assert shards.held_back(entry({"b1": "ok", "b2": "not_run"})) == set()
 
 
+def test_stage_merge_keeps_running_counts_as_shards_finish():
+    """The stop rule reads counts kept as each shard is added, equal to the full recount."""
+
+    def entry(name: str, statuses: dict[str, str], status="successful", recap=True) -> dict:
+        hosts = {h: {"status": s} for h, s in statuses.items()}
+        return {"name": name, "hosts": hosts, "status": status, "reached_recap": recap}
+
+    merge = shards.StageMerge("base", "base.yml", [])
+    finished = [
+        entry("p1", {"a1": "ok", "a2": "failed"}),
+        entry("p2", {"b1": "unreachable", "b2": "changed"}),
+        entry("p3", {"c1": "not_run"}, status="failed", recap=False),
+        entry("p4", {"d1": "failed"}, status="canceled", recap=False),
+    ]
+    for done in finished:
+        merge.add(done)
+        assert merge.failed_share(10) == shards.failed_share(merge.shard_entries, 10)
+    assert merge.bad == 3 and merge.failed_share(0) == 0.0
+    assert merge.trouble is finished[2]  # the first shard that never reached its recap
+
+
 # --- provision through shards (ansible_runner patched) -------------------------------------------
 
 
@@ -146,6 +167,20 @@ def test_each_shard_gets_its_own_inventory_and_limit(tmp_path, runner):
         "rack-rc",
     }
     assert summary["events"]["dropped"] == 0
+
+
+def test_forks_per_shard_come_from_the_inventory_unless_overridden(tmp_path, runner):
+    cluster = fleet(tmp_path, forks=15)
+    provision.provision(cluster, provision.ProvisionOptions([STAGE]), state=tmp_path / "s1")
+    assert {k["forks"] for k in runner.started} == {15}
+    runner.started.clear()
+    options = provision.ProvisionOptions([STAGE], forks=7)
+    provision.provision(cluster, options, state=tmp_path / "s2")
+    assert {k["forks"] for k in runner.started} == {7}
+    runner.started.clear()
+    default = fleet(tmp_path / "d")
+    provision.provision(default, provision.ProvisionOptions([STAGE]), state=tmp_path / "s3")
+    assert {k["forks"] for k in runner.started} == {25}  # the default
 
 
 def test_a_shard_over_its_threshold_stops_only_itself(tmp_path, runner):
@@ -272,6 +307,30 @@ def test_progress_of_the_shards_is_folded_into_one_stage_line():
     assert (aggregate.state.shards_running, aggregate.state.shards_done) == (1, 1)
 
 
+def test_folded_progress_follows_recorders_that_update_their_state_in_place():
+    """Each recorder reports its own StageProgress again and again (moving a host from ok to
+    failed, say); the stage line moves by each report's change, over many shards."""
+    seen: list[dict] = []
+    aggregate = ProgressAggregator("base", 40, lambda s: seen.append(dict(s.counts)))
+    recorders = [
+        EventRecorder("base", progress=aggregate.callback(f"p{i}"), shard=f"p{i}")
+        for i in range(40)
+    ]
+    for i, recorder in enumerate(recorders):
+        recorder(ev("playbook_on_play_start", 1))
+        recorder(ev("runner_on_ok", 2, host=f"h{i}a", task="T"))
+        recorder(ev("runner_on_ok", 3, host=f"h{i}b", task="T", res={"changed": True}))
+    for recorder in recorders[:5]:  # a host that was ok fails on a later task
+        recorder(ev("runner_on_failed", 4, host=recorder.shard.replace("p", "h") + "a", task="U"))
+    assert seen[-1] == {"ok": 35, "changed": 40, "failed": 5, "unreachable": 0}
+    folded: dict[str, int] = {}
+    for recorder in recorders:
+        for key, value in recorder.state.counts.items():
+            folded[key] = folded.get(key, 0) + value
+    assert aggregate.state.counts == folded
+    assert aggregate.state.batch == 1 and aggregate.state.last_status == "failed"
+
+
 # --- worker controllers ------------------------------------------------------------------------
 
 
@@ -342,7 +401,8 @@ def test_streamed_kwargs_name_paths_as_the_worker_sees_them(tmp_path):
     }
     assert (pdd / "kiln_ship" / "slurm_common_rendered_dir" / "slurm.conf").is_file()
     assert kwargs["envvars"]["ANSIBLE_CONFIG"] == "/w/x/ansible.cfg"
-    assert "ANSIBLE_STRATEGY" not in kwargs["envvars"]
+    # the worker's ansible-runner keeps its own strategy and stdout callback
+    assert not set(engine.LOCAL_ONLY) & set(kwargs["envvars"])
     assert kwargs["settings"]["fact_cache"] == "/w/x/fact_cache"
     assert "event_handler" not in kwargs
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ansible_runner.interface import init_runner
+from ansible_runner.utils import get_callback_dir
 
 from kiln.errors import EnvironmentProblem
 from kiln.runner.events import EventRecorder, HostResult
@@ -27,6 +28,17 @@ ENV_ALLOW = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "SSH_AUTH_SOCK", "TMP
 ENV_ALLOW_PREFIXES = ("KILN_",)
 DEFAULT_FORKS = 25
 SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=60s"
+# kiln's stdout callback for ansible-runner: its awx_display less the per-host-task events and
+# payloads kiln's recorder never reads (see the module's docstring).
+CALLBACK_DIR = Path(__file__).resolve().parent / "callback"
+# Settings that only make sense on this controller: a worker controller's ansible-runner keeps its
+# own strategy and callback.
+LOCAL_ONLY = (
+    "ANSIBLE_STRATEGY",
+    "ANSIBLE_STRATEGY_PLUGINS",
+    "AWX_LIB_DIRECTORY",
+    "KILN_RUNNER_CALLBACK",
+)
 
 
 @dataclass(slots=True)
@@ -77,6 +89,11 @@ def mitogen_strategy_dir() -> Path | None:
     return strategy if strategy.is_dir() else None
 
 
+def runner_callback() -> Path:
+    """ansible-runner's own awx_display.py, which kiln's callback (CALLBACK_DIR) extends."""
+    return Path(get_callback_dir()) / "awx_display.py"
+
+
 def ansible_settings(request: PlaybookRequest) -> dict[str, str]:
     """The ANSIBLE_* settings kiln runs with (documented in docs, asserted in unit tests)."""
     mitogen = mitogen_strategy_dir()
@@ -100,6 +117,9 @@ def ansible_settings(request: PlaybookRequest) -> dict[str, str]:
         "ANSIBLE_PYTHON_INTERPRETER": "auto_silent",
         # Keep one failed result's payload bounded in the event stream.
         "MAX_EVENT_RES": "100000",
+        # ansible-runner loads its stdout callback from here: one event per host-task, not two.
+        "AWX_LIB_DIRECTORY": str(CALLBACK_DIR),
+        "KILN_RUNNER_CALLBACK": str(runner_callback()),
         **strategy,
         **request.envvars,
     }
@@ -223,7 +243,8 @@ def streamed_kwargs(request: PlaybookRequest, remote_dir: str) -> dict[str, Any]
 
     The playbook's directory (roles, plugins) goes to project/, the inventory to inventory/,
     a `@file` limit and any extravar naming a local file or directory to kiln_ship/; the worker
-    unpacks them under `remote_dir`. The mitogen strategy stays off (the worker may lack it).
+    unpacks them under `remote_dir`. The mitogen strategy and kiln's callback stay off (the
+    worker may lack them; its ansible-runner uses its own callback).
     """
     pdd = request.private_data_dir
     project = _ship(request.playbook.parent, pdd, "project")
@@ -234,11 +255,7 @@ def streamed_kwargs(request: PlaybookRequest, remote_dir: str) -> dict[str, Any]
     del kwargs["event_handler"]
     kwargs["playbook"] = str(project / request.playbook.name)
     kwargs["inventory"] = str(inventory)
-    env = {
-        key: value
-        for key, value in kwargs["envvars"].items()
-        if key not in ("ANSIBLE_STRATEGY", "ANSIBLE_STRATEGY_PLUGINS")
-    }
+    env = {key: value for key, value in kwargs["envvars"].items() if key not in LOCAL_ONLY}
     env["ANSIBLE_CONFIG"] = f"{remote_dir}/ansible.cfg"
     kwargs["envvars"] = env
     kwargs["settings"] = {**kwargs["settings"], "fact_cache": f"{remote_dir}/fact_cache"}

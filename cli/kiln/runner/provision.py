@@ -64,7 +64,7 @@ class ProvisionOptions:
     check: bool = False
     retry_failed: bool = False
     batch_size: str | None = None  # overrides the inventory's rollout batch size
-    forks: int = DEFAULT_FORKS
+    forks: int | None = None  # overrides kiln_rollout.forks
     extravars: dict[str, Any] = field(default_factory=dict)
     new_nodes: bool = False  # full stages on never-provisioned nodes; refresh the others
     shard_by: str | None = None  # overrides kiln_rollout.shard_by
@@ -234,6 +234,7 @@ class _Run:
             configured = getattr(rollout, "max_parallel_shards", 0)
         self.max_parallel = int(configured)
         self.worker_runner = getattr(rollout, "worker_runner", "ansible-runner")
+        self.forks = options.forks or getattr(rollout, "forks", DEFAULT_FORKS)
         self.workers = shards.worker_hosts(cluster)
         self.exports: dict[str, Path] = {}
         self.facts: dict[str, Any] = {}
@@ -272,7 +273,7 @@ class _Run:
         first = planned[:1] if planned and planned[0].controllers else []
         rest = planned[len(first) :]
         for shard in first:  # the controllers, alone, before any compute shard
-            merge.shard_entries.append(self.shard(stage, shard, aggregate))
+            merge.add(self.shard(stage, shard, aggregate))
         stop = self._stop_reason(stage, merge, len(hosts), controllers_done=bool(first))
         if stop is None and rest:
             stop = self._parallel(stage, rest, aggregate, merge, len(hosts))
@@ -302,7 +303,7 @@ class _Run:
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
                     running.pop(future)
-                    merge.shard_entries.append(future.result())
+                    merge.add(future.result())
                 if stop is None:
                     stop = self._stop_reason(stage, merge, total, controllers_done=False)
                 if stop is not None and pending:
@@ -313,19 +314,22 @@ class _Run:
         return stop
 
     def _stop_reason(self, stage, merge, total, *, controllers_done) -> tuple[str, bool] | None:
-        """Why no further shard may start: (reason, crossed the failure threshold)."""
-        for entry in merge.shard_entries:
+        """Why no further shard may start: (reason, crossed the failure threshold).
+
+        Reads the running counts StageMerge.add keeps, not every finished shard's hosts again.
+        """
+        entry = merge.trouble
+        if entry is not None:
             if entry["status"] == "canceled":
                 return "interrupted", False
-            if not entry["reached_recap"]:
-                return (
-                    f"the play never reached its recap in shard {entry['name']} (ansible-runner "
-                    f"{entry['status']}, rc {entry['rc']}); see "
-                    f"{Path(entry['artifact_dir']) / 'stdout'}",
-                    False,
-                )
-        if shards.crosses_threshold(merge.shard_entries, total, self.max_fail):
-            share = shards.failed_share(merge.shard_entries, total)
+            return (
+                f"the play never reached its recap in shard {entry['name']} (ansible-runner "
+                f"{entry['status']}, rc {entry['rc']}); see "
+                f"{Path(entry['artifact_dir']) / 'stdout'}",
+                False,
+            )
+        share = merge.failed_share(total)
+        if share > self.max_fail:  # Ansible's rule: strictly more than max_fail_percentage
             stopped = [e["name"] for e in merge.shard_entries if e["stopped_by_failure_threshold"]]
             where = f" (shards stopped inside: {', '.join(stopped)})" if stopped else ""
             batches = sum(e["batches"] for e in merge.shard_entries)
@@ -377,7 +381,7 @@ class _Run:
             limit=f"@{limit_file}",
             check=self.options.check,
             diff=self.options.check,
-            forks=self.options.forks,
+            forks=self.forks,
             extravars={
                 **self.options.extravars,
                 "kiln_batch_size": self.batch_size,

@@ -138,6 +138,20 @@ class StageMerge:
     not_started: list[dict[str, Any]] = field(default_factory=list)
     stopped_overall: bool = False
     directory: str | None = None
+    bad: int = 0  # failed or unreachable hosts of the finished shards
+    trouble: dict[str, Any] | None = None  # the first finished shard canceled or short of its recap
+
+    def add(self, entry: dict[str, Any]) -> None:
+        """One finished shard. Costs its own hosts only, so judging the stage after every shard
+        costs the same per shard whatever the number of shards already finished."""
+        self.shard_entries.append(entry)
+        self.bad += sum(1 for result in entry["hosts"].values() if result["status"] in BAD)
+        if self.trouble is None and (entry["status"] == "canceled" or not entry["reached_recap"]):
+            self.trouble = entry
+
+    def failed_share(self, total_hosts: int) -> float:
+        """failed_share() of the finished shards, from the running count."""
+        return 100.0 * self.bad / total_hosts if total_hosts > 0 else 0.0
 
     def entry(self) -> dict[str, Any]:
         shards = self.shard_entries
