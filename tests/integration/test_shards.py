@@ -7,8 +7,10 @@ Works on a copy of the sandbox inventory (never the shared one) and runs preflig
 the base role still builds /etc/hosts from the inventory's groups (see docs/scale.md), so letting a
 sharded run write /etc/hosts would shrink it on the shared containers. Slurm is not touched.
 
-The worker test installs Debian's python3-ansible-runner and ansible-core into kiln-ctl (about a
-minute from the Debian archive); set KILN_TEST_WORKER=0 to skip it.
+The worker test makes kiln-ctl a worker controller as docs/scale.md describes one: a venv with
+kiln installed (which brings ansible-runner and ansible; kiln's roles call kiln's own code through
+filter plugins), from wheels built here (containers cannot reach PyPI through this machine's
+proxy): about 30 s. Set KILN_TEST_WORKER=0 to skip it.
 """
 
 from __future__ import annotations
@@ -89,25 +91,39 @@ def test_two_shards_of_one_node_run_in_parallel(sandbox, unsharded, tmp_path):
     assert set(exported["all"]["hosts"]) == {"kiln-ctl", sandbox.nodes[-1].name}
 
 
-def _install_worker(sandbox) -> None:
+WORKER_VENV = "/opt/kiln-worker"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _install_worker(sandbox, wheels: Path) -> str:
+    """kiln in a venv on kiln-ctl; returns that venv's ansible-runner."""
+    runner = f"{WORKER_VENV}/bin/ansible-runner"
+    pip = str(Path(sys.executable).parent / "pip")
+    subprocess.run([pip, "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)], check=True)
+    [kiln_wheel] = wheels.glob("kiln-*.whl")
+    subprocess.run([pip, "wheel", "-q", "-w", str(wheels), str(kiln_wheel)], check=True)
+    subprocess.run(["docker", "cp", str(wheels), "kiln-ctl:/tmp/kiln-wheels"], check=True)
     install = (
-        "command -v ansible-runner >/dev/null || "
-        "(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
-        "python3-ansible-runner ansible-core >/dev/null)"
+        "set -e; python3 -c 'import ensurepip' 2>/dev/null || (apt-get update -qq && "
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null); "
+        f"rm -rf {WORKER_VENV}; python3 -m venv {WORKER_VENV}; "
+        f"{WORKER_VENV}/bin/pip install -q --no-index --find-links /tmp/kiln-wheels kiln; "
+        "rm -rf /tmp/kiln-wheels"
     )
-    subprocess.run(["docker", "exec", "kiln-ctl", "sh", "-c", install], check=True, timeout=600)
+    subprocess.run(["docker", "exec", "kiln-ctl", "sh", "-c", install], check=True, timeout=900)
     # The worker reaches the nodes with the inventory's key and known_hosts, at the same paths.
     subprocess.run(
         ["docker", "exec", "kiln-ctl", "mkdir", "-p", str(sandbox.private_key.parent)], check=True
     )
     for path in (sandbox.private_key, sandbox.known_hosts):
         subprocess.run(["docker", "cp", str(path), f"kiln-ctl:{path}"], check=True)
+    return runner
 
 
 @pytest.mark.skipif(os.environ.get("KILN_TEST_WORKER") == "0", reason="KILN_TEST_WORKER=0")
 def test_shards_through_a_worker_controller(sandbox, unsharded, tmp_path):
-    _install_worker(sandbox)
-    rollout = {"shard_by": "count", "shard_size": 1, "worker_runner": "/usr/bin/ansible-runner"}
+    runner = _install_worker(sandbox, tmp_path / "wheels")
+    rollout = {"shard_by": "count", "shard_size": 1, "worker_runner": runner}
     workers = "    kiln_workers:\n      hosts:\n        kiln-ctl:\n"
     inventory = copy_inventory(sandbox, tmp_path, rollout, extra_hosts=workers)
     code, summary, stderr = provision(inventory, tmp_path / "state")
