@@ -247,7 +247,8 @@ class _Campaign:
             if len(members) >= 2:
                 name = "fabric-ring" if len(groups) == 1 else f"fabric-ring-g{gpus}"
                 specs.append(self._allreduce(name, members, gpus))
-        for k, pairs in enumerate(self._ib_plan()):
+        ib_rounds = self._ib_plan()
+        for k, pairs in enumerate(ib_rounds):
             specs.append(
                 J.ib_round_job(
                     out.run_id, self.reservation, suite, k, pairs, paths=self.options.paths
@@ -264,7 +265,8 @@ class _Campaign:
                 self.ctl.run(J.resume(name))
                 self.resumed.append(name)
             t0 = time.monotonic()
-            self._submit_and_wait(specs, "node GEMM, fabric all-reduce, InfiniBand rails")
+            phases = "node GEMM, fabric all-reduce" + (", InfiniBand rails" if ib_rounds else "")
+            self._submit_and_wait(specs, phases)
             self._collect()
             out.timings["jobs"] = time.monotonic() - t0
             pairs = self._pair_specs(groups)
