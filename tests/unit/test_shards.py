@@ -100,12 +100,20 @@ def test_plan_by_count_and_workers_round_robin(tmp_path):
 def test_threshold_is_judged_over_the_whole_stage():
     def entry(statuses: dict[str, str], stopped=False) -> dict:
         hosts = {h: {"status": s} for h, s in statuses.items()}
-        return {"hosts": hosts, "stopped_by_failure_threshold": stopped, "reached_recap": True}
+        return {
+            "hosts": hosts,
+            "status": "successful",
+            "stopped_by_failure_threshold": stopped,
+            "reached_recap": True,
+        }
 
     entries = [entry({"a1": "failed", "a2": "aborted"}, stopped=True), entry({"b1": "ok"})]
-    assert shards.failed_share(entries, 4) == 25.0
-    assert shards.crosses_threshold(entries, 4, 20) is True
-    assert shards.crosses_threshold(entries, 4, 25) is False  # Ansible: strictly more than
+    merge = shards.StageMerge("base", "base.yml", [])
+    for done in entries:
+        merge.add(done)
+    assert merge.failed_share(4) == 25.0
+    assert shards.crosses_threshold(merge.failed_share(4), 20) is True
+    assert shards.crosses_threshold(merge.failed_share(4), 25) is False  # strictly more than
     assert shards.held_back(entries[0]) == {"a1", "a2"}  # a stopped shard's unfinished hosts
     assert shards.held_back(entry({"b1": "ok", "b2": "not_run"})) == set()
 
@@ -126,7 +134,8 @@ def test_stage_merge_keeps_running_counts_as_shards_finish():
     ]
     for done in finished:
         merge.add(done)
-        assert merge.failed_share(10) == shards.failed_share(merge.shard_entries, 10)
+        recount = sum(shards.bad_hosts(e) for e in merge.shard_entries)
+        assert merge.failed_share(10) == shards.failed_share(recount, 10)
     assert merge.bad == 3 and merge.failed_share(0) == 0.0
     assert merge.trouble is finished[2]  # the first shard that never reached its recap
 

@@ -329,7 +329,7 @@ class _Run:
                 False,
             )
         share = merge.failed_share(total)
-        if share > self.max_fail:  # Ansible's rule: strictly more than max_fail_percentage
+        if shards.crosses_threshold(share, self.max_fail):
             stopped = [e["name"] for e in merge.shard_entries if e["stopped_by_failure_threshold"]]
             where = f" (shards stopped inside: {', '.join(stopped)})" if stopped else ""
             batches = sum(e["batches"] for e in merge.shard_entries)
@@ -340,10 +340,8 @@ class _Run:
                 "shards untouched",
                 True,
             )
-        if controllers_done and merge.shard_entries:
-            ctl = merge.shard_entries[0]
-            if any(r["status"] in shards.BAD for r in ctl["hosts"].values()):
-                return "the controllers' shard failed; no compute shard was started", True
+        if controllers_done and merge.shard_entries and shards.bad_hosts(merge.shard_entries[0]):
+            return "the controllers' shard failed; no compute shard was started", True
         return None
 
     def export(self, shard: shards.Shard) -> Path:

@@ -102,19 +102,19 @@ def parallel_limit(configured: int, shards: int, cpu_count: int | None = None) -
     return max(1, min(wanted, max(shards, 1)))
 
 
-def failed_share(entries: list[dict[str, Any]], total_hosts: int) -> float:
-    """Percentage of the stage's hosts that failed or were unreachable in finished shards."""
-    if total_hosts <= 0:
-        return 0.0
-    bad = sum(
-        1 for entry in entries for result in entry["hosts"].values() if result["status"] in BAD
-    )
-    return 100.0 * bad / total_hosts
+def bad_hosts(entry: dict[str, Any]) -> int:
+    """Hosts of one finished shard that failed or were unreachable."""
+    return sum(1 for result in entry["hosts"].values() if result["status"] in BAD)
 
 
-def crosses_threshold(entries: list[dict[str, Any]], total_hosts: int, max_fail: int) -> bool:
+def failed_share(bad: int, total_hosts: int) -> float:
+    """`bad` hosts as a percentage of the stage's hosts."""
+    return 100.0 * bad / total_hosts if total_hosts > 0 else 0.0
+
+
+def crosses_threshold(share: float, max_fail: int) -> bool:
     """Ansible's rule (failed share > max_fail_percentage), over the whole stage."""
-    return failed_share(entries, total_hosts) > max_fail
+    return share > max_fail
 
 
 def held_back(entry: dict[str, Any]) -> set[str]:
@@ -145,13 +145,13 @@ class StageMerge:
         """One finished shard. Costs its own hosts only, so judging the stage after every shard
         costs the same per shard whatever the number of shards already finished."""
         self.shard_entries.append(entry)
-        self.bad += sum(1 for result in entry["hosts"].values() if result["status"] in BAD)
+        self.bad += bad_hosts(entry)
         if self.trouble is None and (entry["status"] == "canceled" or not entry["reached_recap"]):
             self.trouble = entry
 
     def failed_share(self, total_hosts: int) -> float:
         """failed_share() of the finished shards, from the running count."""
-        return 100.0 * self.bad / total_hosts if total_hosts > 0 else 0.0
+        return failed_share(self.bad, total_hosts)
 
     def entry(self) -> dict[str, Any]:
         shards = self.shard_entries
