@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from kiln.burnin import ib as IB
+from kiln.fabric.links import sysfs_dump_command
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REAL = FIXTURES / "real" / "ib_write_bw"
@@ -68,7 +68,7 @@ def dump(root: Path, ports: dict[str, dict]) -> str:
     """What burn-in reads from a node: its command, run against the double."""
     tree = sysfs_tree(root, ports)
     return subprocess.run(
-        ["sh", "-c", IB.sysfs_dump_command(str(tree))],
+        ["sh", "-c", sysfs_dump_command(str(tree))],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
 

@@ -71,7 +71,7 @@ def test_infiniband_nodes_are_read_before_and_after_and_their_rails_run_in_round
     import json
 
     from ib_doubles import GEMM, HDR_195, HEALTHY, NODES, ROCE_98, dump, inventory
-    from kiln.burnin import ib as IB
+    from kiln.fabric.links import sysfs_dump_command
     from kiln.fleet import NodeResult, Status
 
     cluster = require_valid(inventory(tmp_path / "inv"))
@@ -91,7 +91,7 @@ def test_infiniband_nodes_are_read_before_and_after_and_their_rails_run_in_round
     def over_ssh(nodes, command):
         results = []
         for node in nodes:
-            if command == IB.sysfs_dump_command():
+            if command == sysfs_dump_command():
                 phase = "after" if reads.count(node.name) else "before"
                 reads.append(node.name)
                 ports = (after if phase == "after" else {}).get(node.name, HEALTHY)

@@ -30,7 +30,7 @@ from kiln.burnin import Action, Severity, judge_run
 from kiln.burnin import ib as IB
 from kiln.burnin.model import NO_IB, BurninReport
 from kiln.burnin.record import RunLayout, write_manifest
-from kiln.fabric.links import parse_sysfs_dump
+from kiln.fabric.links import parse_sysfs_dump, sysfs_dump_command
 from kiln.inventory import require_valid
 
 
@@ -50,7 +50,7 @@ def test_the_dump_command_reads_names_guids_pci_ports_and_counters(tmp_path):
     assert mlx5_1.pci == PCI["mlx5_1"]
     # A node without the tree (no driver) prints nothing, and says so by exiting 0.
     missing = subprocess.run(
-        ["sh", "-c", IB.sysfs_dump_command(str(tmp_path / "absent"))], capture_output=True
+        ["sh", "-c", sysfs_dump_command(str(tmp_path / "absent"))], capture_output=True
     )
     assert (missing.returncode, missing.stdout) == (0, b"")
 

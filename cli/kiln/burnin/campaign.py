@@ -41,7 +41,7 @@ from kiln.burnin.results import ResultError, allreduce_from_doc
 from kiln.burnin.suites import Suite, resolve_suite
 from kiln.burnin.thresholds import floors_for
 from kiln.errors import EnvironmentProblem, InvalidInputError, OperationFailed
-from kiln.fabric.links import parse_sysfs_dump
+from kiln.fabric.links import parse_sysfs_dump, sysfs_dump_command
 from kiln.fleet import Status, run_command, select_nodes
 from kiln.inventory import Cluster, Node
 from kiln.parsers import ParseError
@@ -327,7 +327,7 @@ class _Campaign:
             return {}
         dumps = {}
         for res in run_command_as_root(
-            [self.nodes[n] for n in self.ib_nodes], IB.sysfs_dump_command()
+            [self.nodes[n] for n in self.ib_nodes], sysfs_dump_command()
         ):
             if res.status is not Status.OK:
                 self.progress(f"{res.name}: HCAs not read {phase} ({res.status}: {res.error})")

@@ -1,6 +1,6 @@
 """InfiniBand in burn-in: the HCAs before and after, and ib_write_bw per rail between node pairs.
 
-    views = parse_sysfs_dump(text)            # each HCA node's sysfs_dump_command() output
+    views = parse_sysfs_dump(text)            # each HCA node's sysfs dump (kiln.fabric.links)
     rounds = plan_rounds(hcas, views, ...)    # rounds of IbPairs: who meets whom, on which rails
     ib = load_ib(run_dir, manifest)           # what the run recorded, for the judge
 
@@ -19,7 +19,6 @@ nodes and pairs, so a report that is missing is a failure, never a smaller run.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,20 +32,6 @@ PORT = 1  # the HCA port, as the infiniband role's infiniband_port default
 MAX_ROUNDS = 3  # two to three peers per node tell a bad HCA from a bad link
 DEFAULT_RATE_GBPS = 400.0  # when neither the inventory nor the port tells the rate
 MESSAGE_BYTES = 8388608  # the largest size of `ib_write_bw -a`: where a rail reaches line rate
-
-SYSFS_ROOT = "/sys/class/infiniband"
-
-
-def sysfs_dump_command(root: str = SYSFS_ROOT) -> str:
-    """What the infiniband role's read.yml reads (kiln.fabric.links.parse_sysfs_dump reads it
-    back); prints nothing on a node without the tree."""
-    return (
-        f"cd {shlex.quote(root)} 2>/dev/null || exit 0; "
-        'for hca in *; do [ -e "$hca/node_guid" ] || continue; '
-        'printf \'%s/device:%s\\n\' "$hca" "$(basename "$(readlink -f "$hca/device")")"; done; '
-        "grep -H . */node_guid */ports/*/state */ports/*/phys_state */ports/*/rate "
-        "*/ports/*/link_layer */ports/*/gids/0 */ports/*/counters/* 2>/dev/null; exit 0"
-    )
 
 
 @dataclass(frozen=True, slots=True)

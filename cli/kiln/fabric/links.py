@@ -10,6 +10,7 @@ the rail, the HCA and why.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -102,6 +103,23 @@ def _state(text: str | None) -> str | None:
         return None
     word = text.split(":", 1)[-1].strip()
     return _SYSFS_STATE.get(word.upper(), word)
+
+
+SYSFS_ROOT = "/sys/class/infiniband"
+
+
+def sysfs_dump_command(root: str = SYSFS_ROOT) -> str:
+    """The shell command that reads a node's HCAs for parse_sysfs_dump: each HCA's PCI device,
+    node GUID, and its ports' state, rate, link layer, GID and counters. The infiniband role
+    (read.yml) and burn-in (over SSH, before and after) both run it; it prints nothing on a node
+    without the tree."""
+    return (
+        f"cd {shlex.quote(root)} 2>/dev/null || exit 0; "
+        'for hca in *; do [ -e "$hca/node_guid" ] || continue; '
+        'printf \'%s/device:%s\\n\' "$hca" "$(basename "$(readlink -f "$hca/device")")"; done; '
+        "grep -H . */node_guid */ports/*/state */ports/*/phys_state */ports/*/rate "
+        "*/ports/*/link_layer */ports/*/gids/0 */ports/*/counters/* 2>/dev/null; exit 0"
+    )
 
 
 def parse_sysfs_dump(text: str) -> list[HcaView]:

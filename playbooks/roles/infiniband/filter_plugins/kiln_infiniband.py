@@ -9,6 +9,7 @@ from kiln.fabric.links import (
     error_counter_deltas,
     parse_sysfs_dump,
     port_error_counters,
+    sysfs_dump_command,
 )
 
 
@@ -42,4 +43,5 @@ class FilterModule:
             "kiln_ib_error_counters": kiln_ib_error_counters,
             "kiln_ib_counter_rises": kiln_ib_counter_rises,
             "kiln_ipoib_addresses": kiln_ipoib_addresses,
+            "kiln_ib_sysfs_dump_command": sysfs_dump_command,
         }
