@@ -24,13 +24,13 @@ from kiln.gpu.packages import (
     upstream_version,
 )
 from kiln.gpu.trust import key_problem
-from kiln.profiles import load_compat, load_profiles
+from kiln.profiles import load_profiles
 
 
 def gpu_profile(model: str) -> dict[str, Any]:
-    """What the stack needs for a `kiln_gpu_model`: fabric manager, open modules, names."""
+    """What the stack needs for a `kiln_gpu_model`: fabric manager, open modules, names (the
+    profile carries compat.yml's driver rules, merged in by load_profiles)."""
     profile = load_profiles().get(model)
-    rule = load_compat().gpu_profiles.get(model)
     if profile is None or not profile.is_gpu:
         return {
             "is_gpu": False,
@@ -41,10 +41,10 @@ def gpu_profile(model: str) -> dict[str, Any]:
         }
     return {
         "is_gpu": True,
-        "fabric_manager": bool(profile.fabric_manager_required),
-        "open_kernel_modules": bool(rule.open_kernel_modules) if rule else False,
+        "fabric_manager": profile.fabric_manager_required,
+        "open_kernel_modules": profile.open_kernel_modules,
         "product_names": list(profile.product_names),
-        "min_driver_branch": rule.min_driver_branch if rule else None,
+        "min_driver_branch": profile.min_driver_branch,
     }
 
 
