@@ -157,7 +157,10 @@ def test_run_playbook_passes_exact_arguments(tmp_path, inventory, fake_runner, m
     assert env["ANSIBLE_SSH_ARGS"] == "-o ControlMaster=auto -o ControlPersist=60s"
     assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True"
     assert env["ANSIBLE_GATHERING"] == "smart"
-    assert "ANSIBLE_STRATEGY" not in env
+    # kiln's batched workers over Ansible's linear strategy (mitogen is off in this test)
+    assert env["ANSIBLE_STRATEGY"] == "kiln_linear"
+    assert env["ANSIBLE_STRATEGY_PLUGINS"] == str(engine.STRATEGY_DIR)
+    assert (engine.STRATEGY_DIR / "kiln_linear.py").is_file()
     assert env["ANSIBLE_CONFIG"] == str(tmp_path / "run" / "base" / "ansible.cfg")
     # ansible-runner's stdout callback comes from kiln's directory, extending ansible-runner's own
     assert env["AWX_LIB_DIRECTORY"] == str(engine.CALLBACK_DIR)
@@ -171,6 +174,11 @@ def test_mitogen_strategy_is_used_when_installed(tmp_path, inventory, monkeypatc
     strategy.mkdir(parents=True)
     spec = SimpleNamespace(submodule_search_locations=[str(tmp_path / "ansible_mitogen")])
     monkeypatch.setattr(engine.importlib.util, "find_spec", lambda name: spec)
+    settings = engine.ansible_settings(request(tmp_path, inventory))
+    assert settings["ANSIBLE_STRATEGY"] == "kiln_mitogen_linear"
+    assert settings["ANSIBLE_STRATEGY_PLUGINS"] == str(engine.STRATEGY_DIR)
+    # without kiln's batched workers: mitogen's own strategy, then Ansible's
+    monkeypatch.setenv("KILN_BATCH_WORKERS", "0")
     settings = engine.ansible_settings(request(tmp_path, inventory))
     assert settings["ANSIBLE_STRATEGY"] == "mitogen_linear"
     assert settings["ANSIBLE_STRATEGY_PLUGINS"] == str(strategy)

@@ -31,6 +31,9 @@ SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=60s"
 # kiln's stdout callback for ansible-runner: its awx_display less the per-host-task events and
 # payloads kiln's recorder never reads (see the module's docstring).
 CALLBACK_DIR = Path(__file__).resolve().parent / "callback"
+# kiln's strategies: Ansible's linear (or mitogen's) with one forked worker per slot per task
+# instead of one per host-task (kiln.runner.batching).
+STRATEGY_DIR = Path(__file__).resolve().parent / "strategy"
 # Settings that only make sense on this controller: a worker controller's ansible-runner keeps its
 # own strategy and callback.
 LOCAL_ONLY = (
@@ -77,8 +80,8 @@ class PlaybookResult:
 def mitogen_strategy_dir() -> Path | None:
     """mitogen's strategy plugins where the package is installed (KILN_MITOGEN=0 turns it off).
 
-    bench/engine_overhead.py measured it at about a quarter of stock ansible-playbook's wall time
-    on local hosts; kiln uses it when present and does not require it.
+    bench/engine_overhead.py measured it at about half of stock ansible-playbook's wall time for
+    module tasks on local hosts; kiln uses it when present and does not require it.
     """
     if os.environ.get("KILN_MITOGEN", "1") == "0":
         return None
@@ -94,14 +97,24 @@ def runner_callback() -> Path:
     return Path(get_callback_dir()) / "awx_display.py"
 
 
+def strategy_settings() -> dict[str, str]:
+    """The strategy plays run with: kiln's batched workers (KILN_BATCH_WORKERS=0 turns them off),
+    over mitogen's linear strategy where mitogen is installed, else over Ansible's.
+
+    Batched workers cut the controller's CPU per host-task by about two thirds (bench/
+    scale_cost.py, docs/scale.md); with both off, Ansible's own linear strategy runs.
+    """
+    mitogen = mitogen_strategy_dir()
+    if os.environ.get("KILN_BATCH_WORKERS", "1") != "0":
+        name = "kiln_mitogen_linear" if mitogen else "kiln_linear"
+        return {"ANSIBLE_STRATEGY_PLUGINS": str(STRATEGY_DIR), "ANSIBLE_STRATEGY": name}
+    if mitogen:
+        return {"ANSIBLE_STRATEGY_PLUGINS": str(mitogen), "ANSIBLE_STRATEGY": "mitogen_linear"}
+    return {}
+
+
 def ansible_settings(request: PlaybookRequest) -> dict[str, str]:
     """The ANSIBLE_* settings kiln runs with (documented in docs, asserted in unit tests)."""
-    mitogen = mitogen_strategy_dir()
-    strategy = (
-        {"ANSIBLE_STRATEGY_PLUGINS": str(mitogen), "ANSIBLE_STRATEGY": "mitogen_linear"}
-        if mitogen
-        else {}
-    )
     return {
         "ANSIBLE_CONFIG": str(request.private_data_dir / "ansible.cfg"),
         "ANSIBLE_FORKS": str(request.forks),
@@ -120,7 +133,7 @@ def ansible_settings(request: PlaybookRequest) -> dict[str, str]:
         # ansible-runner loads its stdout callback from here: one event per host-task, not two.
         "AWX_LIB_DIRECTORY": str(CALLBACK_DIR),
         "KILN_RUNNER_CALLBACK": str(runner_callback()),
-        **strategy,
+        **strategy_settings(),
         **request.envvars,
     }
 

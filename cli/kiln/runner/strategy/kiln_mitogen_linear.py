@@ -1,0 +1,21 @@
+"""mitogen's linear strategy with kiln's batched workers (kiln.runner.batching)."""
+
+from __future__ import annotations
+
+from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModule
+from ansible_mitogen.strategy import StrategyMixin
+
+from kiln.runner.batching import BatchedQueueMixin
+
+DOCUMENTATION = """
+    name: kiln_mitogen_linear
+    short_description: mitogen's linear strategy with kiln's batched workers
+    description:
+        - mitogen's connection layer over Ansible's linear strategy; each worker slot runs its
+          share of a task's hosts in turn.
+    author: kiln
+"""
+
+
+class StrategyModule(StrategyMixin, BatchedQueueMixin, LinearStrategyModule):
+    pass
