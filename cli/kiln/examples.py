@@ -44,7 +44,7 @@ kiln_burnin:
 kiln_rollout:
   batch_size: 25%
   max_fail_percentage: 5
-  shard_by: rack
+  shard_by: rack_group
 ansible_user: root
 """
 

@@ -24,6 +24,8 @@ RACKS = {"a1": "ra", "a2": "ra", "b1": "rb", "b2": "rb", "c1": "rc", "c2": "rc"}
 
 
 def fleet(tmp_path: Path, **rollout):
+    # one shard per rack unless a test says otherwise: three compute shards to stop between
+    rollout.setdefault("shard_by", "rack")
     names = list(RACKS)
     return local_cluster(tmp_path / "inv", names, racks=RACKS, rollout=rollout, controller="ctl")
 
@@ -73,13 +75,46 @@ def inventory_hosts(kwargs: dict) -> list[str]:
 
 def test_plan_by_rack_puts_controllers_first_alone(tmp_path):
     cluster = fleet(tmp_path)
-    planned = shards.plan_shards(cluster, ["ctl", *RACKS])
+    planned = shards.plan_shards(cluster, ["ctl", *RACKS], shard_by="rack")
     assert [(s.name, s.hosts, s.controllers) for s in planned] == [
         ("controllers", ("ctl",), True),
         ("rack-ra", ("a1", "a2"), False),
         ("rack-rb", ("b1", "b2"), False),
         ("rack-rc", ("c1", "c2"), False),
     ]
+
+
+def test_plan_by_rack_group_packs_whole_racks_up_to_the_shard_size(tmp_path):
+    cluster = fleet(tmp_path)
+    hosts = ["ctl", *RACKS]
+    # the default: racks in inventory order, whole, at most shard_size hosts a shard
+    assert [(s.name, s.hosts) for s in shards.plan_shards(cluster, hosts)] == [
+        ("controllers", ("ctl",)),
+        ("racks-ra-rc", ("a1", "a2", "b1", "b2", "c1", "c2")),
+    ]
+    planned = shards.plan_shards(cluster, hosts, shard_by="rack_group", shard_size=5)
+    assert [(s.name, s.hosts) for s in planned[1:]] == [
+        ("racks-ra-rb", ("a1", "a2", "b1", "b2")),  # rc would make 6
+        ("rack-rc", ("c1", "c2")),
+    ]
+    # a rack larger than shard_size is a shard of its own, never split
+    planned = shards.plan_shards(cluster, hosts, shard_by="rack_group", shard_size=1)
+    assert [s.name for s in planned[1:]] == ["rack-ra", "rack-rb", "rack-rc"]
+    assert planned[1].hosts == ("a1", "a2")
+
+
+def test_parallel_shards_fit_the_controllers_memory_at_most_one_per_core():
+    # an explicit max_parallel_shards wins; no more than there are shards
+    assert shards.parallel_limit(3, 100, cpu_count=64, memory_gib=2) == 3
+    assert shards.parallel_limit(0, 4, cpu_count=64) == 4
+    # 0: one per core, within the memory budget (80 MiB + 10 MiB a fork per running shard)
+    assert shards.shard_memory_mib(25) == 330
+    assert shards.parallel_limit(0, 100, cpu_count=64, forks=25, memory_gib=2) == 6
+    assert shards.parallel_limit(0, 100, cpu_count=64, forks=15, memory_gib=2) == 8
+    assert shards.parallel_limit(0, 100, cpu_count=4, forks=25, memory_gib=64) == 4
+    assert shards.parallel_limit(0, 100, cpu_count=64, forks=25, memory_gib=0.1) == 1
+    # the budget is per machine that runs shards: each worker controller has its own
+    assert shards.parallel_limit(0, 100, cpu_count=64, forks=25, memory_gib=2, machines=3) == 18
 
 
 def test_plan_by_count_and_workers_round_robin(tmp_path):
@@ -478,3 +513,20 @@ def test_two_shards_run_in_parallel_for_real(tmp_path):
     one, two = stage["shards"][1:]
     assert one["started"] <= two["finished"] and two["started"] <= one["finished"]  # overlap
     assert all((tmp_path / "markers" / n).is_file() for n in ("n1", "n2", "n3", "n4"))
+
+
+def test_provision_runs_as_many_shards_as_the_memory_budget_allows(tmp_path, runner, monkeypatch):
+    limits: list[int] = []
+    real = shards.parallel_limit
+
+    def spy(*args, **kwargs):
+        limits.append(real(*args, cpu_count=64, **kwargs))
+        return limits[-1]
+
+    monkeypatch.setattr(shards, "parallel_limit", spy)
+    cluster = fleet(tmp_path, shard_by="count", shard_size=1, controller_memory_gib=0.7, forks=20)
+    summary = provision.provision(
+        cluster, provision.ProvisionOptions([STAGE]), state=tmp_path / "state"
+    )
+    assert summary["exit_code"] == 0
+    assert limits == [2]  # 700 MiB / (80 + 20 x 10 MiB) per shard, though 64 cores and 6 shards

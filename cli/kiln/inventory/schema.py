@@ -90,10 +90,25 @@ class RolloutSpec(StrictModel):
     max_fail_percentage: int = Field(
         0, ge=0, le=100, description="failed hosts tolerated per batch, in %"
     )
-    shard_by: Literal["rack", "count"] = Field("rack", description="how to split the fleet")
-    shard_size: int = Field(512, gt=0, description="nodes per shard when shard_by is count")
+    shard_by: Literal["rack_group", "rack", "count"] = Field(
+        "rack_group",
+        description="how to split the fleet: whole racks packed up to shard_size nodes, one "
+        "shard per rack, or shard_size nodes in inventory order",
+    )
+    shard_size: int = Field(
+        512, gt=0, description="nodes per shard (rack_group: at most, never splitting a rack)"
+    )
     max_parallel_shards: int = Field(
-        0, ge=0, description="shards run at once; 0: one per CPU core of this controller"
+        0,
+        ge=0,
+        description="shards run at once; 0: as many as fit controller_memory_gib, at most one "
+        "per CPU core of this controller",
+    )
+    controller_memory_gib: float = Field(
+        2.0,
+        gt=0,
+        description="memory the running shards may take on this controller (estimated per "
+        "shard from its forks) when max_parallel_shards is 0",
     )
     worker_runner: str = Field(
         "ansible-runner", description="the ansible-runner command on kiln_workers hosts"

@@ -227,12 +227,13 @@ class _Run:
         self.max_fail = max_fail
         self.log: CappedLog | None = None
         rollout = cluster.rollout
-        self.shard_by = options.shard_by or getattr(rollout, "shard_by", "rack")
+        self.shard_by = options.shard_by or getattr(rollout, "shard_by", "rack_group")
         self.shard_size = options.shard_size or getattr(rollout, "shard_size", 512)
         configured = options.max_parallel_shards
         if configured is None:
             configured = getattr(rollout, "max_parallel_shards", 0)
         self.max_parallel = int(configured)
+        self.memory_gib = float(getattr(rollout, "controller_memory_gib", 2.0))
         self.worker_runner = getattr(rollout, "worker_runner", "ansible-runner")
         self.forks = options.forks or getattr(rollout, "forks", DEFAULT_FORKS)
         self.workers = shards.worker_hosts(cluster)
@@ -291,7 +292,13 @@ class _Run:
         return entry
 
     def _parallel(self, stage, planned, aggregate, merge, total) -> tuple[str, bool] | None:
-        limit = shards.parallel_limit(self.max_parallel, len(planned))
+        limit = shards.parallel_limit(
+            self.max_parallel,
+            len(planned),
+            forks=self.forks,
+            memory_gib=self.memory_gib,
+            machines=len(self.workers) or 1,
+        )
         pending = list(planned)
         running: dict[Future, shards.Shard] = {}
         stop: tuple[str, bool] | None = None

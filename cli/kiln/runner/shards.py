@@ -19,6 +19,10 @@ WORKERS_GROUP = "kiln_workers"
 UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 BAD = ("failed", "unreachable")
 UNFINISHED = ("not_run", "aborted")
+# One running shard with every fork busy, rounded up from bench/scale_cost.py --busy
+# (2026-11-30: 66-73 MiB for ansible-playbook, 8-10 MiB a busy fork; docs/scale.md).
+SHARD_MAIN_MIB = 80
+SHARD_FORK_MIB = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +50,14 @@ def plan_shards(
     cluster: Any,
     hosts: list[str],
     *,
-    shard_by: str = "rack",
+    shard_by: str = "rack_group",
     shard_size: int = 512,
     workers: tuple[str, ...] | list[str] = (),
 ) -> list[Shard]:
-    """The shards of `hosts`, in run order: the controllers alone, then racks or fixed counts.
+    """The shards of `hosts`, in run order: the controllers alone, then the others by
+    `shard_by`: whole racks packed into shards of at most `shard_size` hosts (`rack_group`; a
+    rack larger than that is a shard of its own), one shard per rack (`rack`), or `shard_size`
+    hosts at a time in inventory order (`count`).
 
     Compute shards are spread round-robin over `workers` when there are any; the controllers'
     shard always runs on this controller (the run record and the lock live here).
@@ -71,17 +78,38 @@ def plan_shards(
         racks: dict[str, list[str]] = {}
         for host in rest:
             racks.setdefault(str(getattr(by_name[host], "rack", "unracked")), []).append(host)
+        packed = (
+            _pack_racks(racks, max(1, int(shard_size)))
+            if shard_by == "rack_group"
+            else [[rack] for rack in racks]
+        )
         used: set[str] = set()
-        for rack, members in racks.items():
-            name = f"rack-{_safe(rack)}"
+        for names in packed:
+            name = f"rack-{_safe(names[0])}"
+            if len(names) > 1:
+                name = f"racks-{_safe(names[0])}-{_safe(names[-1])}"
             while name in used:  # two rack names that sanitise alike
                 name += "_"
             used.add(name)
-            groups.append((name, members))
+            groups.append((name, [host for rack in names for host in racks[rack]]))
     for index, (name, members) in enumerate(groups):
         worker = workers[index % len(workers)] if workers else None
         shards.append(Shard(name, tuple(members), worker=worker))
     return shards
+
+
+def _pack_racks(racks: dict[str, list[str]], size: int) -> list[list[str]]:
+    """Consecutive racks (inventory order) packed into groups of at most `size` hosts."""
+    groups: list[list[str]] = []
+    hosts = 0
+    for rack, members in racks.items():
+        if groups and hosts + len(members) <= size:
+            groups[-1].append(rack)
+            hosts += len(members)
+        else:
+            groups.append([rack])
+            hosts = len(members)
+    return groups
 
 
 def worker_hosts(cluster: Any) -> tuple[str, ...]:
@@ -95,10 +123,31 @@ def always_included(cluster: Any) -> list[str]:
     return [node.name for node in cluster.nodes if _is_controller(node)]
 
 
-def parallel_limit(configured: int, shards: int, cpu_count: int | None = None) -> int:
-    """How many shards run at once: the configured number, else one per CPU core."""
+def shard_memory_mib(forks: int) -> float:
+    """Estimated memory of one running shard with every fork busy: its ansible-playbook plus
+    its forked workers (bench/scale_cost.py --busy measures both; docs/scale.md)."""
+    return SHARD_MAIN_MIB + forks * SHARD_FORK_MIB
+
+
+def parallel_limit(
+    configured: int,
+    shards: int,
+    cpu_count: int | None = None,
+    *,
+    forks: int = 25,
+    memory_gib: float | None = None,
+    machines: int = 1,
+) -> int:
+    """How many shards run at once: the configured number; else, on each of `machines` (this
+    controller, or each worker controller), as many as fit `memory_gib` when it is given, at
+    most one per CPU core of this controller."""
     cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
-    wanted = configured if configured > 0 else cores
+    wanted = configured
+    if configured <= 0:
+        per_machine = cores
+        if memory_gib is not None:
+            per_machine = min(cores, int(memory_gib * 1024 // shard_memory_mib(forks)))
+        wanted = max(1, per_machine) * max(1, machines)
     return max(1, min(wanted, max(shards, 1)))
 
 
