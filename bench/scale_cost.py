@@ -6,9 +6,12 @@ Engines, each over the same N hosts, one after the other at each N:
                linear strategy and default callback, no ansible-runner
   kiln         kiln's sharded engine as shipped (kiln.runner.provision): shards of --shard-size
                hosts, --parallel at once, each an ansible-runner process with kiln's settings,
-               kiln's event callback and the mitogen_linear strategy (when mitogen is installed,
-               as kiln's dependencies install it)
-  kiln-linear  the same engine with KILN_MITOGEN=0: Ansible's stock linear strategy
+               kiln's event callback and its kiln_mitogen_linear strategy (batched workers over
+               mitogen's linear strategy; mitogen comes with kiln's dependencies)
+  kiln-linear  the same engine with KILN_MITOGEN=0: batched workers over Ansible's linear
+               strategy (kiln_linear)
+  kiln-unbatched  the same engine with KILN_MITOGEN=0 KILN_BATCH_WORKERS=0: Ansible's own
+               linear strategy, a forked worker per host-task (kiln before batched workers)
 
 All run the same trivial play (TASKS tasks: set_fact and debug, no module shipped) over hosts
 with ansible_connection=local, so what is measured is the controller's own work: Ansible's
@@ -28,7 +31,7 @@ shard-size x parallel hosts (every parallel slot full) and measures what one run
 then (its ansible-playbook main + 25 busy forks); the memory projection, and the shards x forks
 that re-run fastest within 2 GiB, use it.
 
-    python bench/scale_cost.py        # all three engines; N = 100 300 1000 3000 10000 on a machine
+    python bench/scale_cost.py        # all four engines; N = 100 300 1000 3000 10000 on a machine
                                       # of 8 cores or more (what `make bench` runs), else 100..3000
     python bench/scale_cost.py --full              # N = 100 ... 10,000 whatever the machine
     python bench/scale_cost.py --hosts 100 300 1000 --engines stock kiln
@@ -50,7 +53,8 @@ import time
 from pathlib import Path
 
 from kiln.inventory import require_valid
-from kiln.runner import engine
+from kiln.inventory.schema import RolloutSpec
+from kiln.runner import engine, shards
 from kiln.runner.provision import ProvisionOptions, provision
 from kiln.runner.stages import Stage
 
@@ -84,7 +88,13 @@ BUSY_PLAY = """\
       ansible.builtin.set_fact:
         bench_wait: "{{{{ lookup('ansible.builtin.pipe', 'sleep {seconds}') }}}}"
 """
-ENGINES = ("stock", "kiln", "kiln-linear")
+ENGINES = ("stock", "kiln", "kiln-linear", "kiln-unbatched")
+# What each kiln engine sets in kiln's environment (kiln.runner.engine.strategy_settings reads it).
+ENGINE_ENV = {
+    "kiln": {"KILN_MITOGEN": "1", "KILN_BATCH_WORKERS": "1"},
+    "kiln-linear": {"KILN_MITOGEN": "0", "KILN_BATCH_WORKERS": "1"},
+    "kiln-unbatched": {"KILN_MITOGEN": "0", "KILN_BATCH_WORKERS": "0"},
+}
 SMALL_SIZES = [100, 300, 1000, 3000]
 FULL_SIZES = [100, 300, 1000, 3000, 10_000]
 FULL_FROM_CORES = 8  # `make bench` runs the full range from this many cores up
@@ -250,12 +260,12 @@ def run_stock(work: Path, inventory: Path, playbook: Path) -> dict:
 
 
 def run_kiln(
-    work: Path, inventory: Path, playbook: Path, shard_size: int, parallel: int, mitogen: bool
+    work: Path, inventory: Path, playbook: Path, shard_size: int, parallel: int, name: str
 ) -> dict:
-    saved = os.environ.get("KILN_MITOGEN")
-    os.environ["KILN_MITOGEN"] = "1" if mitogen else "0"
+    saved = {key: os.environ.get(key) for key in ENGINE_ENV[name]}
+    os.environ.update(ENGINE_ENV[name])
     try:
-        strategy = "mitogen_linear" if engine.mitogen_strategy_dir() else "linear"
+        strategy = engine.strategy_settings().get("ANSIBLE_STRATEGY", "linear")
         cluster = require_valid(inventory)
         options = ProvisionOptions(
             stages=[Stage("bench", str(playbook), "")],
@@ -270,10 +280,11 @@ def run_kiln(
             summary = provision(cluster, options, state=work / "state")
         own = time.process_time() - own_before - sampler.cpu_s
     finally:
-        if saved is None:
-            os.environ.pop("KILN_MITOGEN", None)
-        else:
-            os.environ["KILN_MITOGEN"] = saved
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     if summary["exit_code"] != 0:
         raise SystemExit(f"kiln run failed: {summary.get('stopped')}")
     record = Path(summary["record"])
@@ -385,6 +396,24 @@ def projection(
             result["best_within_2gib"] = best_within(
                 host_tasks, cpu, busy["base"], busy["per_fork"], own_at_target
             )
+        # kiln's defaults on that controller: as many shards at once as kiln's estimate fits
+        # into controller_memory_gib, at most one per core; memory from what was measured
+        defaults = RolloutSpec()
+        at_once = shards.parallel_limit(
+            0,
+            TARGET_NODES,
+            cpu_count=TARGET_CORES,
+            forks=defaults.forks,
+            memory_gib=defaults.controller_memory_gib,
+        )
+        result["defaults"] = {
+            "shards": at_once,
+            "forks": defaults.forks,
+            "memory_gib": (at_once * per_shard + own_at_target) / 2**30,
+            "no_change_rerun_h": host_tasks
+            * max(cpu / at_once, REMOTE_TASK_S / (defaults.forks * at_once))
+            / 3600,
+        }
     return result
 
 
@@ -410,7 +439,7 @@ def best_within(host_tasks: int, cpu: float, base: float, per_fork: float, own: 
 def describe(name: str, n: int, r: dict, baseline: dict | None) -> str:
     ht = n * TASKS
     text = (
-        f"N={n:>6}  {name:<11} {r['wall_s']:7.1f} s wall {r['cpu_s']:8.1f} s cpu "
+        f"N={n:>6}  {name:<14} {r['wall_s']:7.1f} s wall {r['cpu_s']:8.1f} s cpu "
         f"{r['cpu_s'] / ht * 1e3:6.2f} ms/host-task  PSS {r['pss'] / 2**20:6.0f} MiB"
         f" (RSS {r['rss'] / 2**20:6.0f})  {r['strategy']}"
     )
@@ -443,9 +472,7 @@ def measure_busy(engines: list[str], shard_size: int, parallel: int, seconds: fl
                 stock_hosts = min(hosts, 2 * shard_size)
                 result = run_stock(work, write_inventory(work / "stock", stock_hosts), playbook)
             else:
-                result = run_kiln(
-                    work / name, inventory, playbook, shard_size, parallel, name == "kiln"
-                )
+                result = run_kiln(work / name, inventory, playbook, shard_size, parallel, name)
             per_shard = result["pss"] / result["processes"]
             # a shard = its ansible-playbook main (all of its pages) + what each busy fork adds
             # (its private pages; mitogen's multiplexer is counted with the forks)
@@ -462,7 +489,7 @@ def measure_busy(engines: list[str], shard_size: int, parallel: int, seconds: fl
             print(
                 f"busy forks ({busy[name]['hosts']} hosts, each task holding its worker "
                 f"{seconds:g} s): "
-                f"{name:<11} peak PSS {result['pss'] / 2**20:6.0f} MiB over "
+                f"{name:<14} peak PSS {result['pss'] / 2**20:6.0f} MiB over "
                 f"{result['processes']} process(es): {per_shard / 2**20:.0f} MiB each "
                 f"({base / 2**20:.0f} MiB main + {FORKS} forks x {per_fork / 2**20:.1f} MiB)",
                 file=sys.stderr,
@@ -507,7 +534,7 @@ def run_all(args: argparse.Namespace) -> dict:
                         playbook,
                         args.shard_size,
                         args.parallel,
-                        mitogen=name == "kiln",
+                        name,
                     )
                 runs[name].append({"hosts": n, **result})
                 compare = baseline if name != "stock" else None
@@ -539,7 +566,7 @@ def report(document: dict) -> dict:
         document["projection"][name] = projection(name, rows, use, document["parallel"], busy)
         a, b, c = quadratic
         print(
-            f"{name:>11}: T(N) = {a:.3g} + {b:.3g} N + {c:.3g} N^2 s; "
+            f"{name:>14}: T(N) = {a:.3g} + {b:.3g} N + {c:.3g} N^2 s; "
             f"per host-task at 12,500: {per_task(quadratic, TARGET_NODES) * 1e3:.2f} ms"
             + (
                 f"; straight line {line[0]:.3g} + {line[1]:.3g} N s: "
@@ -558,7 +585,7 @@ def report(document: dict) -> dict:
         )
         goal = "meets" if p["cost_per_host_task_ms"] <= COST_GOAL_S * 1e3 else "misses"
         text = (
-            f"{name:>11} at {TARGET_NODES} nodes x {sum(STAGE_TASKS.values())} tasks: "
+            f"{name:>14} at {TARGET_NODES} nodes x {sum(STAGE_TASKS.values())} tasks: "
             f"{p['cost_per_host_task_ms']:.2f} ms per host-task{ratio} ({goal} the 5 ms goal); "
             f"no-change re-run on {p['processes']} process(es) {p['no_change_rerun_h']:.2f} h; "
             f"memory {p['memory_gib']:.2f} GiB"
@@ -567,6 +594,12 @@ def report(document: dict) -> dict:
             text += (
                 f" ({p['per_shard_mib']:.0f} MiB per running shard; {p['shards_within_2gib']} "
                 f"shards fit 2 GiB: re-run {p['no_change_rerun_within_2gib_h']:.2f} h)"
+            )
+        if p.get("defaults"):
+            d = p["defaults"]
+            text += (
+                f"; kiln's defaults ({d['shards']} shards x {d['forks']} forks): re-run "
+                f"{d['no_change_rerun_h']:.2f} h, {d['memory_gib']:.2f} GiB"
             )
         if p.get("best_within_2gib"):
             b = p["best_within_2gib"]
@@ -595,7 +628,12 @@ def main() -> int:
         metavar="ENGINE=N",
         help="run ENGINE only up to N hosts (e.g. stock=1000 on a small machine)",
     )
-    parser.add_argument("--shard-size", type=int, default=100)
+    parser.add_argument(
+        "--shard-size",
+        type=int,
+        default=RolloutSpec().shard_size,
+        help="hosts per kiln shard (default: kiln's own, kiln_rollout.shard_size)",
+    )
     parser.add_argument("--parallel", type=int, default=os.cpu_count() or 1)
     parser.add_argument(
         "--from-json",
@@ -621,7 +659,7 @@ def main() -> int:
                 print(describe(name, r["hosts"], r, compare), file=sys.stderr)
         for name, b in document.get("busy", {}).items():
             print(
-                f"busy forks ({b['hosts']} hosts, {b['seconds']:g} s): {name:<11} peak PSS "
+                f"busy forks ({b['hosts']} hosts, {b['seconds']:g} s): {name:<14} peak PSS "
                 f"{b['pss'] / 2**20:.0f} MiB, {b['per_shard'] / 2**20:.0f} MiB per process "
                 f"({b['base'] / 2**20:.0f} MiB main + {FORKS} forks x "
                 f"{b['per_fork'] / 2**20:.1f} MiB)",
