@@ -445,8 +445,11 @@ def test_streamed_kwargs_name_paths_as_the_worker_sees_them(tmp_path):
     }
     assert (pdd / "kiln_ship" / "slurm_common_rendered_dir" / "slurm.conf").is_file()
     assert kwargs["envvars"]["ANSIBLE_CONFIG"] == "/w/x/ansible.cfg"
-    # the worker's ansible-runner keeps its own strategy and stdout callback
-    assert not set(engine.LOCAL_ONLY) & set(kwargs["envvars"])
+    # the worker's ansible-runner keeps its own stdout callback; kiln's batched workers run
+    # there over Ansible's linear strategy, the plugin sent beside the playbook
+    assert not set(engine.LOCAL_ONLY) - {"ANSIBLE_STRATEGY"} & set(kwargs["envvars"])
+    assert kwargs["envvars"]["ANSIBLE_STRATEGY"] == "kiln_linear"
+    assert (pdd / "project" / "strategy_plugins" / "kiln_linear.py").is_file()
     assert kwargs["settings"]["fact_cache"] == "/w/x/fact_cache"
     assert "event_handler" not in kwargs
 

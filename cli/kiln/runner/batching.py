@@ -12,8 +12,8 @@ Concurrency is unchanged: with 100 hosts and 25 forks stock Ansible runs 25 host
 time, and so does this (25 workers of 4 hosts each). A worker gives each host a fresh copy of the
 task and play context (`Task.copy`, as Ansible's own loops do), since running a task changes them.
 
-ansible-playbook loads this through the strategy plugins in kiln/runner/strategy/ (kiln_linear,
-and kiln_mitogen_linear with mitogen's mixin); kiln.runner.engine picks one.
+ansible-playbook loads this through the strategy plugin shims in playbooks/strategy_plugins/
+(kiln_linear, and kiln_mitogen_linear with mitogen's mixin); kiln.runner.engine picks one.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from ansible_runner.interface import init_runner
 from ansible_runner.utils import get_callback_dir
 
 from kiln.errors import EnvironmentProblem
+from kiln.paths import PLAYBOOKS_DIR
 from kiln.runner.events import EventRecorder, HostResult
 
 # Taken from kiln's own environment when present; nothing else is passed through.
@@ -32,8 +33,9 @@ SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=60s"
 # payloads kiln's recorder never reads (see the module's docstring).
 CALLBACK_DIR = Path(__file__).resolve().parent / "callback"
 # kiln's strategies: Ansible's linear (or mitogen's) with one forked worker per slot per task
-# instead of one per host-task (kiln.runner.batching).
-STRATEGY_DIR = Path(__file__).resolve().parent / "strategy"
+# instead of one per host-task (kiln.runner.batching). Plugin shims beside the playbooks, so a
+# worker controller finds them in the project it is sent.
+STRATEGY_DIR = PLAYBOOKS_DIR / "strategy_plugins"
 # Settings that only make sense on this controller: a worker controller's ansible-runner keeps its
 # own strategy and callback.
 LOCAL_ONLY = (
@@ -97,6 +99,11 @@ def runner_callback() -> Path:
     return Path(get_callback_dir()) / "awx_display.py"
 
 
+def batch_workers() -> bool:
+    """kiln's batched workers are on unless KILN_BATCH_WORKERS=0."""
+    return os.environ.get("KILN_BATCH_WORKERS", "1") != "0"
+
+
 def strategy_settings() -> dict[str, str]:
     """The strategy plays run with: kiln's batched workers (KILN_BATCH_WORKERS=0 turns them off),
     over mitogen's linear strategy where mitogen is installed, else over Ansible's.
@@ -105,7 +112,7 @@ def strategy_settings() -> dict[str, str]:
     scale_cost.py, docs/scale.md); with both off, Ansible's own linear strategy runs.
     """
     mitogen = mitogen_strategy_dir()
-    if os.environ.get("KILN_BATCH_WORKERS", "1") != "0":
+    if batch_workers():
         name = "kiln_mitogen_linear" if mitogen else "kiln_linear"
         return {"ANSIBLE_STRATEGY_PLUGINS": str(STRATEGY_DIR), "ANSIBLE_STRATEGY": name}
     if mitogen:
@@ -256,8 +263,10 @@ def streamed_kwargs(request: PlaybookRequest, remote_dir: str) -> dict[str, Any]
 
     The playbook's directory (roles, plugins) goes to project/, the inventory to inventory/,
     a `@file` limit and any extravar naming a local file or directory to kiln_ship/; the worker
-    unpacks them under `remote_dir`. The mitogen strategy and kiln's callback stay off (the
-    worker may lack them; its ansible-runner uses its own callback).
+    unpacks them under `remote_dir`. kiln's callback stays off (the worker's ansible-runner uses
+    its own) and so does mitogen; kiln's batched workers run over Ansible's linear strategy
+    (kiln_linear, sent in the project's strategy_plugins/; the worker's kiln has
+    kiln.runner.batching) unless KILN_BATCH_WORKERS=0.
     """
     pdd = request.private_data_dir
     project = _ship(request.playbook.parent, pdd, "project")
@@ -270,6 +279,11 @@ def streamed_kwargs(request: PlaybookRequest, remote_dir: str) -> dict[str, Any]
     kwargs["inventory"] = str(inventory)
     env = {key: value for key, value in kwargs["envvars"].items() if key not in LOCAL_ONLY}
     env["ANSIBLE_CONFIG"] = f"{remote_dir}/ansible.cfg"
+    if batch_workers():
+        plugin = project / "strategy_plugins" / "kiln_linear.py"
+        if not plugin.is_file():
+            _ship(STRATEGY_DIR / plugin.name, pdd, f"project/strategy_plugins/{plugin.name}")
+        env["ANSIBLE_STRATEGY"] = "kiln_linear"
     kwargs["envvars"] = env
     kwargs["settings"] = {**kwargs["settings"], "fact_cache": f"{remote_dir}/fact_cache"}
     if request.limit and request.limit.startswith("@"):
