@@ -15,13 +15,14 @@ MOLECULE_SCENARIOS := $(notdir $(wildcard molecule/*))
 SYSTEM_PACKAGES := openssh-server openssh-client chromium
 
 .PHONY: help deps system-deps lint test test-unit test-integration test-molecule docker sandbox \
-	sandbox-down demo bench gpu-check clean
+	sandbox-down demo bench bench-remote gpu-check clean
 
 help:
 	@echo "make demo        bring up the Docker sandbox cluster, provision it and burn it in"
 	@echo "make test        lint, unit tests, then the Docker tier (what CI runs)"
-	@echo "make test-unit   the fast loop: unit tests only (no Docker, no Ansible runs)"
-	@echo "make bench       benchmarks: inventory scale, engine overhead, exec fan-out, judging"
+	@echo "make test-unit   the fast loop: unit tests only (no Docker; Ansible only over local hosts)"
+	@echo "make bench       benchmarks: inventory scale, engine overhead, exec fan-out, judging, controller cost"
+	@echo "make bench-remote  remote latency per host-task over SSH, mitogen beside ssh (sandbox)"
 	@echo "make gpu-check   checks that need an NVIDIA GPU (skipped without one)"
 
 # The virtual environment, reinstalled when pyproject.toml changes.
@@ -83,6 +84,11 @@ bench: deps
 	$(BIN)/python bench/engine_overhead.py --hosts 50 200
 	$(BIN)/python bench/exec_fanout.py --plain-user
 	$(BIN)/python bench/scale_cost.py
+
+# Remote latency of a no-change host-task over SSH, mitogen beside ssh, on the sandbox's nodes.
+bench-remote: deps docker
+	$(BIN)/kiln sandbox up --nodes 2 >/dev/null
+	$(BIN)/python bench/remote_latency.py inventories/sandbox
 
 gpu-check: deps
 	$(BIN)/pytest -q -m gpu tests

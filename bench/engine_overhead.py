@@ -7,8 +7,9 @@ time is printed with the ratio to stock. Variants:
   stock          ansible-playbook with Ansible's defaults
   stock+pipe     ansible-playbook with ANSIBLE_PIPELINING=True
   kiln           kiln.runner.engine.run_playbook as shipped (ansible-runner, kiln's settings,
-                 callback and recorder, the mitogen_linear strategy when mitogen is installed)
-  kiln-linear    the same with KILN_MITOGEN=0: Ansible's linear strategy
+                 callback and recorder, and its kiln_mitogen_linear strategy: batched workers
+                 over mitogen's linear strategy)
+  kiln-linear    the same with KILN_MITOGEN=0: batched workers over Ansible's linear strategy
 
     python bench/engine_overhead.py --hosts 50 200 --forks 25
 """

@@ -77,6 +77,15 @@ PLAY = """\
       ansible.builtin.debug:
         var: bench_other
 """
+# The same play with no task: what a play costs whatever its tasks (start-up, inventory, the
+# host loop, the recap; for kiln, every shard's ansible-runner and ansible-playbook). A host-task
+# costs what the play above costs beyond this one, as the issue's own model separates them.
+EMPTY_PLAY = """\
+- name: No task, the play's fixed cost only
+  hosts: all
+  gather_facts: false
+  tasks: []
+"""
 # Memory with every fork busy, as over SSH, where each host-task waits on its node: one task
 # that holds its worker for a while (a `sleep` through the pipe lookup, in the worker).
 BUSY_PLAY = """\
@@ -114,9 +123,12 @@ TARGET_NODES = 12_500
 TARGET_CORES = 64
 MEMORY_GOAL = 2 * 2**30
 COST_GOAL_S = 0.005
-# Per host-task remote latency over SSH with pipelining + ControlPersist (module run on the
-# node): overlapped across forks, so it bounds wall time only through forks per shard.
-REMOTE_TASK_S = 0.35
+# Per host-task remote latency of a no-change module task over SSH (the module's run on the
+# node, overlapped across forks, so it bounds wall time only through forks x shards), measured by
+# bench/remote_latency.py on the sandbox's nodes on 2026-11-30: Ansible's ssh connection with
+# pipelining + ControlPersist, and mitogen's (kiln as shipped).
+REMOTE_TASK_S = {"ssh": 0.44, "mitogen": 0.09}
+CONNECTION = {"stock": "ssh", "kiln": "mitogen", "kiln-linear": "ssh", "kiln-unbatched": "ssh"}
 FORKS = 25
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -285,7 +297,10 @@ def run_kiln(
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    if summary["exit_code"] != 0:
+    # A play with no task leaves every host not_run (kiln's exit code 1); its shards' plays
+    # must still have succeeded.
+    played = all(shard["status"] == "successful" for shard in summary["stages"][0]["shards"])
+    if summary["exit_code"] != 0 and not (played and playbook.stem == "empty"):
         raise SystemExit(f"kiln run failed: {summary.get('stopped')}")
     record = Path(summary["record"])
     shards = summary["stages"][0]["shards"]
@@ -344,17 +359,41 @@ def per_task(coefficients: tuple[float, float, float], n: float) -> float:
     return (a + b * n + c * n * n) / (n * TASKS)
 
 
+def value_at(coefficients: tuple[float, float, float], n: float) -> float:
+    a, b, c = coefficients
+    return a + b * n + c * n * n
+
+
+def tasks_cpu(row: dict) -> float:
+    """CPU seconds the tasks cost: the play's beyond the empty play's at the same N (documents
+    saved before the empty play was measured: the whole play's)."""
+    return row["cpu_s"] - row.get("empty", {}).get("cpu_s", 0.0)
+
+
+def rerun_wall(
+    cpu_s: float, host_tasks: int, processes: int, forks: int, latency_s: float
+) -> float:
+    """Wall seconds of the re-run: CPU spread over the processes, or the nodes' latency
+    overlapped across every fork, whichever bounds it."""
+    return max(cpu_s / processes, host_tasks * latency_s / (forks * processes))
+
+
 def projection(
     name: str,
     rows: list[dict],
     cpu_fit: tuple[float, float, float],
+    play_fit: tuple[float, float, float],
     parallel: int,
     busy: dict | None = None,
 ) -> dict:
     """A no-change re-run of TARGET_NODES nodes on one TARGET_CORES-core controller (the model
-    is in docs/scale.md): host-tasks x max(CPU per host-task / processes, remote latency)."""
+    is in docs/scale.md): CPU = host-tasks x CPU per host-task + stages x the empty play's CPU
+    at TARGET_NODES, spread over the processes, or the nodes' latency, whichever bounds it."""
     host_tasks = TARGET_NODES * sum(STAGE_TASKS.values())
     cpu = per_task(cpu_fit, TARGET_NODES)
+    plays = len(STAGE_TASKS) * max(0.0, value_at(play_fit, TARGET_NODES))
+    total_cpu = host_tasks * cpu + plays
+    latency = REMOTE_TASK_S[CONNECTION[name]]
     if name == "stock":
         processes = 1  # one single-threaded controller loop
         memory = fit_line([(r["hosts"], r["pss"]) for r in rows])
@@ -374,10 +413,12 @@ def projection(
         own = fit_line([(r["hosts"], r["own_rss"]) for r in rows])
         own_at_target = own[0] + own[1] * TARGET_NODES
         memory_at_target = processes * per_shard + own_at_target
-    wall = host_tasks * max(cpu / processes, REMOTE_TASK_S / (FORKS * processes))
+    wall = rerun_wall(total_cpu, host_tasks, processes, FORKS, latency)
     result = {
         "host_tasks": host_tasks,
         "cost_per_host_task_ms": cpu * 1e3,
+        "plays_cpu_s": plays,
+        "remote_latency_s": latency,
         "processes": processes,
         "no_change_rerun_h": wall / 3600,
         "memory_gib": memory_at_target / 2**30,
@@ -390,11 +431,11 @@ def projection(
         result["own_gib"] = own_at_target / 2**30
         result["shards_within_2gib"] = fits
         result["no_change_rerun_within_2gib_h"] = (
-            host_tasks * max(cpu / fits, REMOTE_TASK_S / (FORKS * fits)) / 3600
+            rerun_wall(total_cpu, host_tasks, fits, FORKS, latency) / 3600
         )
         if busy is not None and "per_fork" in busy:
             result["best_within_2gib"] = best_within(
-                host_tasks, cpu, busy["base"], busy["per_fork"], own_at_target
+                host_tasks, total_cpu, busy["base"], busy["per_fork"], own_at_target, latency
             )
         # kiln's defaults on that controller: as many shards at once as kiln's estimate fits
         # into controller_memory_gib, at most one per core; memory from what was measured
@@ -410,26 +451,27 @@ def projection(
             "shards": at_once,
             "forks": defaults.forks,
             "memory_gib": (at_once * per_shard + own_at_target) / 2**30,
-            "no_change_rerun_h": host_tasks
-            * max(cpu / at_once, REMOTE_TASK_S / (defaults.forks * at_once))
-            / 3600,
+            "no_change_rerun_h": (
+                rerun_wall(total_cpu, host_tasks, at_once, defaults.forks, latency) / 3600
+            ),
         }
     return result
 
 
-def best_within(host_tasks: int, cpu: float, base: float, per_fork: float, own: float) -> dict:
+def best_within(
+    host_tasks: int, total_cpu: float, base: float, per_fork: float, own: float, latency_s: float
+) -> dict:
     """The shards at once x forks per shard that re-run fastest within the memory goal, with
     memory = shards x (main + forks x per busy fork) + kiln's own."""
     best: dict = {}
-    for forks in range(1, FORKS + 1):
-        shards = int((MEMORY_GOAL - own) // (base + forks * per_fork))
-        shards = min(TARGET_CORES, shards)
-        if shards < 1:
+    for forks in range(1, 4 * FORKS + 1):
+        count = min(TARGET_CORES, int((MEMORY_GOAL - own) // (base + forks * per_fork)))
+        if count < 1:
             continue
-        wall = host_tasks * max(cpu / shards, REMOTE_TASK_S / (forks * shards))
+        wall = rerun_wall(total_cpu, host_tasks, count, forks, latency_s)
         if not best or wall < best["wall_s"]:
-            memory = shards * (base + forks * per_fork) + own
-            best = {"shards": shards, "forks": forks, "wall_s": wall, "memory": memory}
+            memory = count * (base + forks * per_fork) + own
+            best = {"shards": count, "forks": forks, "wall_s": wall, "memory": memory}
     if best:
         best["no_change_rerun_h"] = best.pop("wall_s") / 3600
         best["memory_gib"] = best.pop("memory") / 2**30
@@ -440,16 +482,19 @@ def describe(name: str, n: int, r: dict, baseline: dict | None) -> str:
     ht = n * TASKS
     text = (
         f"N={n:>6}  {name:<14} {r['wall_s']:7.1f} s wall {r['cpu_s']:8.1f} s cpu "
-        f"{r['cpu_s'] / ht * 1e3:6.2f} ms/host-task  PSS {r['pss'] / 2**20:6.0f} MiB"
-        f" (RSS {r['rss'] / 2**20:6.0f})  {r['strategy']}"
+        f"{tasks_cpu(r) / ht * 1e3:6.2f} ms/host-task"
     )
+    if "empty" in r:
+        text += f" (empty play {r['empty']['cpu_s']:.1f} s cpu)"
+    text += f"  PSS {r['pss'] / 2**20:6.0f} MiB (RSS {r['rss'] / 2**20:6.0f})  {r['strategy']}"
     if "shards" in r:
         text += (
             f", {r['shards']} shards; kiln's own {r['kiln_own_cpu_s'] / ht * 1e3:.2f} ms/host-task"
         )
     if baseline is not None:
         text += (
-            f"; / stock: cpu x{r['cpu_s'] / baseline['cpu_s']:.2f}"
+            f"; / stock: per host-task x{tasks_cpu(r) / tasks_cpu(baseline):.2f},"
+            f" whole play cpu x{r['cpu_s'] / baseline['cpu_s']:.2f}"
             f" wall x{r['wall_s'] / baseline['wall_s']:.2f}"
         )
     return text
@@ -517,25 +562,27 @@ def run_all(args: argparse.Namespace) -> dict:
         playbook = work / "play" / "bench.yml"
         playbook.parent.mkdir()
         playbook.write_text(PLAY)
+        empty = work / "play" / "empty.yml"
+        empty.write_text(EMPTY_PLAY)
         (work / "none.cfg").write_text("")
+
+        def run(name: str, n: int, inventory: Path, play: Path) -> dict:
+            if name == "stock":
+                return run_stock(work, inventory, play)
+            where = work / f"{name}{n}-{play.stem}"
+            return run_kiln(where, inventory, play, args.shard_size, args.parallel, name)
+
         for n in sizes:
             inventory = write_inventory(work / f"inv{n}", n)
             baseline = None
             for name in args.engines:
                 if n > limits.get(name, n):
                     continue
+                without_tasks = run(name, n, inventory, empty)
+                result = run(name, n, inventory, playbook)
+                result["empty"] = {key: without_tasks[key] for key in ("wall_s", "cpu_s")}
                 if name == "stock":
-                    result = run_stock(work, inventory, playbook)
                     baseline = result
-                else:
-                    result = run_kiln(
-                        work / f"{name}{n}",
-                        inventory,
-                        playbook,
-                        args.shard_size,
-                        args.parallel,
-                        name,
-                    )
                 runs[name].append({"hosts": n, **result})
                 compare = baseline if name != "stock" else None
                 print(describe(name, n, result, compare), file=sys.stderr, flush=True)
@@ -555,27 +602,39 @@ def report(document: dict) -> dict:
     for name, rows in runs.items():
         if len(rows) < 3:
             continue
-        points = [(r["hosts"], r["cpu_s"]) for r in rows]
+        # T(N): the CPU the play's tasks cost over N hosts (beyond the empty play's), and
+        # E(N): the empty play's own
+        points = [(r["hosts"], tasks_cpu(r)) for r in rows]
         quadratic = fit(points)
         line = fit_line(points)
-        document["fits"][name] = {"quadratic": quadratic, "line": line}
-        # kiln: every shard holds shard_size hosts, so its cost is linear in N; a tiny or
-        # negative c from noise must not be extrapolated
-        use = quadratic if name == "stock" else line
+        empty = [(r["hosts"], r["empty"]["cpu_s"]) for r in rows if "empty" in r]
+        play_quadratic = fit(empty) if len(empty) >= 3 else (0.0, 0.0, 0.0)
+        play_line = fit_line(empty) if len(empty) >= 2 else (0.0, 0.0, 0.0)
+        document["fits"][name] = {
+            "quadratic": quadratic,
+            "line": line,
+            "empty_quadratic": play_quadratic,
+            "empty_line": play_line,
+        }
+        # kiln: every shard holds at most shard_size hosts, so its cost is linear in N; a tiny
+        # or negative c from noise must not be extrapolated
+        use, play = (quadratic, play_quadratic) if name == "stock" else (line, play_line)
         busy = document.get("busy", {}).get(name)
-        document["projection"][name] = projection(name, rows, use, document["parallel"], busy)
+        document["projection"][name] = projection(name, rows, use, play, document["parallel"], busy)
         a, b, c = quadratic
-        print(
-            f"{name:>14}: T(N) = {a:.3g} + {b:.3g} N + {c:.3g} N^2 s; "
+        text = (
+            f"{name:>14}: tasks T(N) = {a:.3g} + {b:.3g} N + {c:.3g} N^2 s; "
             f"per host-task at 12,500: {per_task(quadratic, TARGET_NODES) * 1e3:.2f} ms"
-            + (
+        )
+        if name != "stock":
+            text += (
                 f"; straight line {line[0]:.3g} + {line[1]:.3g} N s: "
                 f"{per_task(line, TARGET_NODES) * 1e3:.2f} ms"
-                if name != "stock"
-                else ""
-            ),
-            file=sys.stderr,
-        )
+            )
+        if empty:
+            pa, pb, pc = play
+            text += f"; empty play E(N) = {pa:.3g} + {pb:.3g} N + {pc:.3g} N^2 s"
+        print(text, file=sys.stderr)
     stock = document["projection"].get("stock")
     for name, p in document["projection"].items():
         ratio = (
@@ -587,6 +646,7 @@ def report(document: dict) -> dict:
         text = (
             f"{name:>14} at {TARGET_NODES} nodes x {sum(STAGE_TASKS.values())} tasks: "
             f"{p['cost_per_host_task_ms']:.2f} ms per host-task{ratio} ({goal} the 5 ms goal); "
+            f"{len(STAGE_TASKS)} stages' plays {p['plays_cpu_s']:.0f} s cpu; "
             f"no-change re-run on {p['processes']} process(es) {p['no_change_rerun_h']:.2f} h; "
             f"memory {p['memory_gib']:.2f} GiB"
         )

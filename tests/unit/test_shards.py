@@ -107,14 +107,15 @@ def test_parallel_shards_fit_the_controllers_memory_at_most_one_per_core():
     # an explicit max_parallel_shards wins; no more than there are shards
     assert shards.parallel_limit(3, 100, cpu_count=64, memory_gib=2) == 3
     assert shards.parallel_limit(0, 4, cpu_count=64) == 4
-    # 0: one per core, within the memory budget (80 MiB + 10 MiB a fork per running shard)
-    assert shards.shard_memory_mib(25) == 330
-    assert shards.parallel_limit(0, 100, cpu_count=64, forks=25, memory_gib=2) == 6
-    assert shards.parallel_limit(0, 100, cpu_count=64, forks=15, memory_gib=2) == 8
+    # 0: one per core, within the memory budget: kiln's own 128 MiB, then 90 MiB + 15 MiB a
+    # fork per running shard
+    assert shards.shard_memory_mib(25) == 465
+    assert shards.parallel_limit(0, 100, cpu_count=64, forks=25, memory_gib=2) == 4  # 1,860 MiB
+    assert shards.parallel_limit(0, 100, cpu_count=64, forks=15, memory_gib=2) == 6
     assert shards.parallel_limit(0, 100, cpu_count=4, forks=25, memory_gib=64) == 4
     assert shards.parallel_limit(0, 100, cpu_count=64, forks=25, memory_gib=0.1) == 1
     # the budget is per machine that runs shards: each worker controller has its own
-    assert shards.parallel_limit(0, 100, cpu_count=64, forks=25, memory_gib=2, machines=3) == 18
+    assert shards.parallel_limit(0, 100, cpu_count=64, forks=25, memory_gib=2, machines=3) == 12
 
 
 def test_plan_by_count_and_workers_round_robin(tmp_path):
@@ -527,9 +528,10 @@ def test_provision_runs_as_many_shards_as_the_memory_budget_allows(tmp_path, run
         return limits[-1]
 
     monkeypatch.setattr(shards, "parallel_limit", spy)
-    cluster = fleet(tmp_path, shard_by="count", shard_size=1, controller_memory_gib=0.7, forks=20)
+    cluster = fleet(tmp_path, shard_by="count", shard_size=1, controller_memory_gib=0.9, forks=20)
     summary = provision.provision(
         cluster, provision.ProvisionOptions([STAGE]), state=tmp_path / "state"
     )
     assert summary["exit_code"] == 0
-    assert limits == [2]  # 700 MiB / (80 + 20 x 10 MiB) per shard, though 64 cores and 6 shards
+    # (922 - 128 MiB) / (90 + 20 x 15 MiB) per shard, though 64 cores and 6 shards
+    assert limits == [2]

@@ -113,8 +113,8 @@ class RolloutSpec(StrictModel):
     worker_runner: str = Field(
         "ansible-runner", description="the ansible-runner command on kiln_workers hosts"
     )
-    # Memory per running shard grows with its forks (docs/scale.md: about 70 MiB + 8-12 MiB a
-    # fork): fewer forks let more shards run within a controller's memory.
+    # Memory per running shard grows with its forks (docs/scale.md: about 85 MiB + 12-14 MiB a
+    # busy fork on 512-host shards): fewer forks let more shards run within the same memory.
     forks: int = Field(25, ge=1, le=500, description="Ansible forks per shard process")
 
     @field_validator("batch_size")

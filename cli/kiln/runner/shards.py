@@ -19,10 +19,12 @@ WORKERS_GROUP = "kiln_workers"
 UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 BAD = ("failed", "unreachable")
 UNFINISHED = ("not_run", "aborted")
-# One running shard with every fork busy, rounded up from bench/scale_cost.py --busy
-# (2026-11-30: 66-73 MiB for ansible-playbook, 8-10 MiB a busy fork; docs/scale.md).
-SHARD_MAIN_MIB = 80
-SHARD_FORK_MIB = 10
+# One running shard of 512 hosts with every fork busy, rounded up from bench/scale_cost.py
+# --busy (2026-11-30: 84-87 MiB for ansible-playbook, 12-14 MiB a busy fork; docs/scale.md),
+# and what kiln's own process keeps for itself at 12,500 hosts (about 100 MiB measured).
+SHARD_MAIN_MIB = 90
+SHARD_FORK_MIB = 15
+KILN_OWN_MIB = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,14 +141,15 @@ def parallel_limit(
     machines: int = 1,
 ) -> int:
     """How many shards run at once: the configured number; else, on each of `machines` (this
-    controller, or each worker controller), as many as fit `memory_gib` when it is given, at
-    most one per CPU core of this controller."""
+    controller, or each worker controller), as many as fit `memory_gib` beside kiln's own
+    process when it is given, at most one per CPU core of this controller."""
     cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
     wanted = configured
     if configured <= 0:
         per_machine = cores
         if memory_gib is not None:
-            per_machine = min(cores, int(memory_gib * 1024 // shard_memory_mib(forks)))
+            room = memory_gib * 1024 - KILN_OWN_MIB
+            per_machine = min(cores, int(room // shard_memory_mib(forks)))
         wanted = max(1, per_machine) * max(1, machines)
     return max(1, min(wanted, max(shards, 1)))
 
