@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 from kiln.runner.engine import PlaybookRequest, run_playbook
 from kiln.runner.events import EventRecorder
@@ -146,11 +147,9 @@ def main() -> None:
                         play, inventory, args.forks, {"ANSIBLE_PIPELINING": "True"}
                     )
                 elif variant in ("kiln", "kiln-linear"):
-                    os.environ["KILN_MITOGEN"] = "1" if variant == "kiln" else "0"
-                    try:
+                    mitogen = "1" if variant == "kiln" else "0"
+                    with mock.patch.dict(os.environ, {"KILN_MITOGEN": mitogen}):
                         row[variant] = run_kiln(play, inventory, args.forks, root, variant, {})
-                    finally:
-                        os.environ.pop("KILN_MITOGEN", None)
                 print(f"N={hosts:<5} {variant:<13} {row[variant]:7.1f} s", file=sys.stderr)
             figures.append(row)
     if args.json:

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 from kiln.inventory import require_valid
 from kiln.runner.provision import ProvisionOptions, provision
@@ -83,17 +84,9 @@ def main() -> int:
         work = Path(tmp)
         few, many = write_play(work, TASKS_FEW), write_play(work, TASKS_MANY)
         for name, env in ENGINES.items():
-            saved = {key: os.environ.get(key) for key in env}
-            os.environ.update(env)
-            try:
+            with mock.patch.dict(os.environ, env):
                 short = min(timed_runs(cluster, few, work / "state"))
                 long = min(timed_runs(cluster, many, work / "state"))
-            finally:
-                for key, value in saved.items():
-                    if value is None:
-                        os.environ.pop(key, None)
-                    else:
-                        os.environ[key] = value
             per_task = (long - short) / (TASKS_MANY - TASKS_FEW)
             print(
                 f"{name:<8} {hosts} hosts: {TASKS_FEW} tasks {short:.1f} s, {TASKS_MANY} tasks "

@@ -69,6 +69,7 @@ class BatchedQueueMixin:
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._held: list[Job] = []
+        self._slots = 1  # worker slots of the held hosts' task
         self._run_length = 1
         self._round_size = 1
 
