@@ -27,8 +27,8 @@ from pathlib import Path
 from unittest import mock
 
 from kiln.inventory import require_valid
+from kiln.plan.stages import Stage
 from kiln.runner.provision import ProvisionOptions, provision
-from kiln.runner.stages import Stage
 
 TASKS_FEW = 4
 TASKS_MANY = 48

@@ -55,9 +55,9 @@ from unittest import mock
 
 from kiln.inventory import require_valid
 from kiln.inventory.schema import RolloutSpec
+from kiln.plan.stages import Stage
 from kiln.runner import engine, shards
 from kiln.runner.provision import ProvisionOptions, provision
-from kiln.runner.stages import Stage
 
 TASKS = 4
 PLAY = """\

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln.runner.lock import InventoryLock
+from kiln.records.lock import InventoryLock
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 
 from kiln.app import main
 from kiln.inventory import load_cluster, require_valid
-from kiln.planning import make_plan
+from kiln.plan import make_plan
 
 FABRIC = Path(__file__).parent.parent / "fixtures" / "fabric"
 THREE = FABRIC / "three_level_fat_tree.ibnetdiscover"

@@ -8,7 +8,7 @@ import pytest
 from kiln.app import main
 from kiln.examples import example_inventory, write_example
 from kiln.inventory import require_valid
-from kiln.planning import batch_count, make_plan, split_batches
+from kiln.plan import batch_count, make_plan, split_batches
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "inventories" / "example-h100"
@@ -119,7 +119,7 @@ def test_readme_documents_every_kiln_key():
 
 
 def test_etc_hosts_is_rendered_once_for_every_node():
-    from kiln.planning import render_etc_hosts
+    from kiln.plan import render_etc_hosts
 
     cluster = require_valid(EXAMPLE)
     lines = render_etc_hosts(cluster).content.splitlines()

@@ -13,11 +13,13 @@ from types import SimpleNamespace
 import pytest
 
 from kiln.errors import EnvironmentProblem, ExitCode, InvalidInputError
-from kiln.planning import GeneratedFile
-from kiln.runner import engine, lock, provision, records
+from kiln.plan import GeneratedFile
+from kiln.plan.stages import STAGES, Stage, select_stages
+from kiln.records import lock
+from kiln.records import runs as records
+from kiln.runner import engine, provision
 from kiln.runner.events import EventRecorder, failure_message
 from kiln.runner.hostpattern import select_hosts
-from kiln.runner.stages import STAGES, Stage, select_stages
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SMOKE = FIXTURES / "engine" / "smoke.yml"

@@ -15,9 +15,10 @@ from types import SimpleNamespace
 import pytest
 from test_runner import SMOKE, FakeRunner, ev, local_cluster, stats
 
-from kiln.runner import engine, provision, records, shards, workers
+from kiln.plan.stages import REFRESH, Stage
+from kiln.records import runs as records
+from kiln.runner import engine, provision, shards, workers
 from kiln.runner.events import CappedLog, EventRecorder, ProgressAggregator, StageProgress
-from kiln.runner.stages import REFRESH, Stage
 
 STAGE = Stage("base", str(SMOKE), "")
 RACKS = {"a1": "ra", "a2": "ra", "b1": "rb", "b2": "rb", "c1": "rc", "c2": "rc"}

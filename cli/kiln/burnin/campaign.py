@@ -46,9 +46,9 @@ from kiln.fleet import Status, run_command, select_nodes
 from kiln.inventory import Cluster, Node
 from kiln.parsers import ParseError
 from kiln.parsers.slurm import SlurmNode, parse_scontrol_nodes
+from kiln.plan.stages import Stage
 from kiln.profiles import get_profile
-from kiln.runner.records import RunRecord, state_dir
-from kiln.runner.stages import Stage
+from kiln.records.runs import RunRecord, state_dir
 
 BURNIN_STAGE = Stage("burnin", "burnin.yml", "burn-in workloads and their torch runtime")
 Progress = Callable[[str], None]

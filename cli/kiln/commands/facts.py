@@ -10,7 +10,7 @@ from rich.table import Table
 
 from kiln.console import out, print_json
 from kiln.errors import EnvironmentProblem
-from kiln.runner.records import last_run_with
+from kiln.records.runs import last_run_with
 
 
 def _gpus(facts: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ from kiln.console import err, out, print_json
 from kiln.errors import ExitCode, InvalidInputError
 from kiln.inventory import require_valid
 from kiln.inventory.schema import BATCH_SIZE
-from kiln.planning import Plan, make_plan, write_files
+from kiln.plan import Plan, make_plan, write_files
 from kiln.render.hostlist import compress
 
 

@@ -12,8 +12,8 @@ from rich.table import Table
 
 from kiln.console import err, out, print_json
 from kiln.errors import ExitCode, InvalidInputError
+from kiln.plan.stages import Stage
 from kiln.runner.events import StageProgress
-from kiln.runner.stages import Stage
 
 STATUS_STYLE = {
     "ok": "green",
@@ -167,9 +167,9 @@ def provision(
 ) -> int:
     """Provision the inventory's hosts, stage by stage (exit 0 all good, 1 a host failed)."""
     from kiln.inventory import require_valid
+    from kiln.plan.stages import select_stages
     from kiln.runner.provision import ProvisionOptions, normalize_batch_size
     from kiln.runner.provision import provision as run_provision
-    from kiln.runner.stages import select_stages
 
     cluster = require_valid(inventory)
     selected = select_stages(stages)

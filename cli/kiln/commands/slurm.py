@@ -10,7 +10,7 @@ import typer
 from kiln.commands.provision import LiveDisplay, _confirm, render_summary
 from kiln.console import err, print_json
 from kiln.inventory import require_valid
-from kiln.runner.stages import select_stages
+from kiln.plan.stages import select_stages
 
 app = typer.Typer(help="Slurm maintenance on a provisioned cluster.", no_args_is_help=True)
 

@@ -9,7 +9,7 @@ import typer
 
 from kiln.console import err
 from kiln.errors import InvalidInputError
-from kiln.runner.lock import force_unlock, read_lock
+from kiln.records.lock import force_unlock, read_lock
 
 
 def unlock(

@@ -16,14 +16,11 @@ from typing import Any, Protocol
 
 from kiln.errors import ExitCode, InvalidInputError
 from kiln.inventory.export import export_inventory
-from kiln.planning import batch_count as batch_size_for
-from kiln.planning import render_etc_hosts, render_files
-from kiln.runner import engine, shards, workers
-from kiln.runner.engine import DEFAULT_FORKS, PlaybookRequest, PlaybookResult
-from kiln.runner.events import CappedLog, EventRecorder, ProgressAggregator, StageProgress
-from kiln.runner.hostpattern import select_hosts
-from kiln.runner.lock import InventoryLock
-from kiln.runner.records import (
+from kiln.plan import batch_count as batch_size_for
+from kiln.plan import render_etc_hosts, render_files
+from kiln.plan.stages import REFRESH, Stage, stage_hosts
+from kiln.records.lock import InventoryLock
+from kiln.records.runs import (
     SUMMARY_SCHEMA_VERSION,
     RunRecord,
     new_run_id,
@@ -32,7 +29,10 @@ from kiln.runner.records import (
     retry_hosts,
     state_dir,
 )
-from kiln.runner.stages import REFRESH, Stage, stage_hosts
+from kiln.runner import engine, shards, workers
+from kiln.runner.engine import DEFAULT_FORKS, PlaybookRequest, PlaybookResult
+from kiln.runner.events import CappedLog, EventRecorder, ProgressAggregator, StageProgress
+from kiln.runner.hostpattern import select_hosts
 
 BATCH_SIZE = re.compile(r"^(?:[1-9][0-9]*|(?:[1-9][0-9]?|100)%)$")
 STATUS_RANK = {"ok": 0, "changed": 1, "not_run": 2, "aborted": 3, "unreachable": 4, "failed": 5}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kiln.burnin import BurninReport, load_report
 from kiln.errors import KilnError
-from kiln.runner.records import state_dir
+from kiln.records.runs import state_dir
 
 PATTERNS = ("runs/*/report.json", "runs/*/burnin/report.json", "burnin/*/report.json")
 MAX_REPORTS = 50  # newest first; older ones rarely hold a node the newer ones do not

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from kiln.inventory import Cluster
+from kiln.plan.stages import select_stages
 from kiln.runner.provision import Listener, ProvisionOptions, provision
-from kiln.runner.stages import select_stages
 
 EXTRAVARS = {"munge_rotate_key": True, "munge_cross_check": True}
 

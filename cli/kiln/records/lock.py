@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kiln.errors import EnvironmentProblem, InvalidInputError
-from kiln.runner.records import inventory_key, now, state_dir
+from kiln.records.runs import inventory_key, now, state_dir
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kiln.inventory import Cluster
+from kiln.plan.stages import available_stages, stage_hosts
 from kiln.render import render_template
 from kiln.render.context import cluster_context
 from kiln.render.hostlist import compress
-from kiln.runner.stages import available_stages, stage_hosts
 
 GENERATED_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf")
 
