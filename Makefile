@@ -14,13 +14,14 @@ MOLECULE_SCENARIOS := $(notdir $(wildcard molecule/*))
 # render the HTML burn-in report.
 SYSTEM_PACKAGES := openssh-server openssh-client chromium
 
-.PHONY: help deps system-deps lint test test-unit test-integration test-molecule docker sandbox \
-	sandbox-down demo bench bench-remote gpu-check clean
+.PHONY: help deps system-deps lint test test-unit test-local test-integration test-molecule docker \
+	sandbox sandbox-down demo bench bench-remote gpu-check clean
 
 help:
 	@echo "make demo        bring up the Docker sandbox cluster, provision it and burn it in"
-	@echo "make test        lint, unit tests, then the Docker tier (what CI runs)"
-	@echo "make test-unit   the fast loop: unit tests only (no Docker; Ansible only over local hosts)"
+	@echo "make test        lint, unit and local tests, then the Docker tier (what CI runs)"
+	@echo "make test-unit   the fast loop: unit tests only (no Ansible runs, torch, sshd or browser)"
+	@echo "make test-local  the local tier: real Ansible runs, torch, sshd and chromium here (no Docker)"
 	@echo "make bench       benchmarks: inventory scale, engine overhead, exec fan-out, judging, controller cost"
 	@echo "make bench-remote  remote latency per host-task over SSH, mitogen beside ssh (sandbox)"
 	@echo "make gpu-check   checks that need an NVIDIA GPU (skipped without one)"
@@ -49,8 +50,14 @@ lint: deps
 	$(BIN)/yamllint -s .
 	cd playbooks && ANSIBLE_LIBRARY=$(CURDIR)/playbooks/library ../$(BIN)/ansible-lint --profile production
 
-test-unit: deps system-deps
-	$(BIN)/pytest -q -m "not integration and not gpu" tests/unit
+# The fast loop: pure unit tests, under 30 s on 2 cores.
+test-unit: deps
+	$(BIN)/pytest -q -m "not integration and not gpu and not local" tests/unit
+
+# Tests marked `local`: real ansible-playbook and ansible-inventory runs over local hosts, the
+# torch workloads on the CPU, a throwaway sshd, chromium rendering the HTML report.
+test-local: deps system-deps
+	$(BIN)/pytest -q -m "local and not integration and not gpu" tests/unit
 
 # Docker from Debian's packages and a running dockerd (root on Debian), or exit 3 saying how.
 docker:
@@ -71,7 +78,7 @@ test-molecule: deps docker
 	$(BIN)/kiln sandbox up --nodes 2 >/dev/null
 	for scenario in $(MOLECULE_SCENARIOS); do $(BIN)/molecule test -s $$scenario; done
 
-test: lint test-unit test-integration test-molecule
+test: lint test-unit test-local test-integration test-molecule
 
 demo: deps docker
 	$(BIN)/kiln sandbox up --nodes 2

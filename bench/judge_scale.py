@@ -19,11 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from kiln.burnin.analysis import judge
-from kiln.burnin.pairs import pair_schedule
-from kiln.burnin.results import allreduce_from_doc, gemm_from_doc
 from kiln.examples import write_example
 from kiln.inventory import require_valid
+from kiln.judging.analysis import judge
+from kiln.judging.pairs import pair_schedule
+from kiln.judging.results import allreduce_from_doc, gemm_from_doc
 
 
 def gemm_doc(rng: random.Random, host: str, gpus: int) -> str:

@@ -2,7 +2,7 @@
 
 bench/scale_cost.py bounds a re-run's wall time by the time each host-task waits on its node
 (overlapped across forks). This measures that wait on real SSH hosts (the sandbox's nodes by
-default): kiln's engine (kiln.runner.provision) runs a play of no-change module tasks (stat,
+default): kiln's engine (kiln.runner.execute) runs a play of no-change module tasks (stat,
 command, file, copy, in turn) on every host of the inventory, with TASKS_FEW and then TASKS_MANY
 tasks, three times each after a first run that makes the copies. The wall time per task is the
 slope between the two (start-up cancels out); every host runs each task at once, so that slope
@@ -27,8 +27,9 @@ from pathlib import Path
 from unittest import mock
 
 from kiln.inventory import require_valid
+from kiln.plan import PlanOptions, make_plan
 from kiln.plan.stages import Stage
-from kiln.runner.provision import ProvisionOptions, provision
+from kiln.runner.execute import execute
 
 TASKS_FEW = 4
 TASKS_MANY = 48
@@ -65,8 +66,8 @@ def timed_runs(cluster, play: Path, state: Path) -> list[float]:
     walls = []
     for attempt in range(RUNS + 1):
         start = time.monotonic()
-        options = ProvisionOptions([Stage("latency", str(play), "")])
-        summary = provision(cluster, options, state=state)
+        options = PlanOptions(stages=(Stage("latency", str(play), ""),))
+        summary = execute(make_plan(cluster, options, state), state=state).to_dict()
         if summary["exit_code"] != 0:
             raise SystemExit(f"the latency play failed: {summary.get('stopped')}")
         if attempt:

@@ -1,10 +1,10 @@
-"""Ansible's linear strategy with kiln's batched workers (kiln.runner.batching)."""
+"""Ansible's linear strategy with kiln's batched workers (kiln.strategy.batching)."""
 
 from __future__ import annotations
 
 from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModule
 
-from kiln.runner.batching import BatchedQueueMixin
+from kiln.strategy.batching import BatchedQueueMixin
 
 DOCUMENTATION = """
     name: kiln_linear

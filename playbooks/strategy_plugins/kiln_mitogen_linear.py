@@ -1,11 +1,11 @@
-"""mitogen's linear strategy with kiln's batched workers (kiln.runner.batching)."""
+"""mitogen's linear strategy with kiln's batched workers (kiln.strategy.batching)."""
 
 from __future__ import annotations
 
 from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModule
 from ansible_mitogen.strategy import StrategyMixin
 
-from kiln.runner.batching import BatchedQueueMixin
+from kiln.strategy.batching import BatchedQueueMixin
 
 DOCUMENTATION = """
     name: kiln_mitogen_linear

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from kiln.burnin.workloads import workload_path
-from kiln.parsers.nvidia_smi import parse_query_gpu_csv, parse_xml
+from kiln.parsers.nvidia_smi import parse_xml
+from kiln.parsers.nvidia_smi_query import parse_query_gpu_csv
 from kiln.profiles import profile_for_product_name
 from local_facts import local_facts
 

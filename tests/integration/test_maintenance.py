@@ -35,6 +35,7 @@ def maintenance(inventory: Path, node: str, timeout: int) -> subprocess.Complete
     env = {
         **os.environ,
         "ANSIBLE_ROLES_PATH": str(ROOT / "playbooks" / "roles"),
+        "ANSIBLE_FILTER_PLUGINS": str(ROOT / "playbooks" / "filter_plugins"),  # is_kiln_reason
         "ANSIBLE_FORCE_COLOR": "0",
     }
     return subprocess.run(

@@ -24,9 +24,12 @@ ANSIBLE_INVENTORY = Path(sys.executable).parent / "ansible-inventory"
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "inventories" / "example-h100"
 
-pytestmark = pytest.mark.skipif(
-    not ANSIBLE_INVENTORY.exists(), reason="ansible-inventory is not installed beside python"
-)
+pytestmark = [
+    pytest.mark.local,
+    pytest.mark.skipif(
+        not ANSIBLE_INVENTORY.exists(), reason="ansible-inventory is not installed beside python"
+    ),
+]
 
 VAULT = """\
 !vault |

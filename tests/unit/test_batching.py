@@ -18,6 +18,8 @@ import pytest
 
 from kiln.runner import engine
 
+pytestmark = pytest.mark.local
+
 HOSTS = [f"n{i}" for i in range(7)]
 
 # Registered values, loops, a host that fails and drops out, ignore_errors, a dynamic include,
@@ -72,24 +74,47 @@ INCLUDED = """
     msg: "included {{ tag }}"
 """
 
-# Each host-task records how many host-tasks were running with it (files in a shared directory).
+# A host-task's part in the concurrency test: mark itself running, wait until `peers` are running
+# (or another host-task saw that, or a generous timeout), then stay a while so that a host-task
+# that should not be running yet shows up, and write the most it saw running at once. The peak is
+# reached by construction however slow the machine, and more than `peers` at once still shows.
+RENDEZVOUS = """
+import sys, time
+from pathlib import Path
+
+directory, tag, host, peers = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+running, released = directory / f"{tag}-{host}", directory / f"released-{tag}"
+
+
+def count():
+    return len(list(directory.glob(f"{tag}-*")))
+
+
+running.touch()
+most, deadline = count(), time.monotonic() + 60
+while most < peers and not released.exists() and time.monotonic() < deadline:
+    time.sleep(0.02)
+    most = max(most, count())
+released.touch()  # the peak was reached (or never will be): later host-tasks do not wait
+stay = time.monotonic() + 0.5
+while time.monotonic() < stay:
+    most = max(most, count())
+    time.sleep(0.02)
+running.unlink()
+(directory / f"seen-{tag}-{host}").write_text(str(most))
+"""
+
 CONCURRENCY_PLAY = """
 - hosts: all
   gather_facts: false
   tasks:
     - name: throttled
-      ansible.builtin.shell: |
-        touch {{ dir }}/t-{{ inventory_hostname }}
-        ls {{ dir }} | grep -c '^t-' > {{ dir }}/seen-t-{{ inventory_hostname }}
-        sleep 0.4
-        rm {{ dir }}/t-{{ inventory_hostname }}
+      ansible.builtin.command: >-
+        {{ ansible_python_interpreter }} {{ rendezvous }} {{ dir }} t {{ inventory_hostname }} 2
       throttle: 2
     - name: at forks
-      ansible.builtin.shell: |
-        touch {{ dir }}/f-{{ inventory_hostname }}
-        sleep 0.4
-        ls {{ dir }} | grep -c '^f-' > {{ dir }}/seen-f-{{ inventory_hostname }}
-        rm {{ dir }}/f-{{ inventory_hostname }}
+      ansible.builtin.command: >-
+        {{ ansible_python_interpreter }} {{ rendezvous }} {{ dir }} f {{ inventory_hostname }} 4
 """
 
 
@@ -181,7 +206,10 @@ def test_same_results_as_ansibles_linear_strategy(tmp_path, strategy):
 def test_concurrency_is_forks_or_the_tasks_throttle(tmp_path, strategy):
     seen = tmp_path / f"seen-{strategy}"
     seen.mkdir()
-    rc, _ = run_play(tmp_path, strategy, CONCURRENCY_PLAY, forks=4, extra={"dir": str(seen)})
+    rendezvous = tmp_path / "rendezvous.py"
+    rendezvous.write_text(RENDEZVOUS)
+    extra = {"dir": str(seen), "rendezvous": str(rendezvous)}
+    rc, _ = run_play(tmp_path, strategy, CONCURRENCY_PLAY, forks=4, extra=extra)
     assert rc == 0
 
     def peak(prefix: str) -> int:

@@ -8,13 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from kiln.burnin import Action, Severity, judge_run, load_run
-from kiln.burnin.results import allreduce_from_nccl
-from kiln.burnin.thresholds import floors_for
+from kiln.burnin import judge_run
 from kiln.inventory import require_valid
 from kiln.inventory.schema import BurninSpec
+from kiln.judging import Action, Severity
+from kiln.judging.results import allreduce_from_nccl
+from kiln.judging.thresholds import floors_for
 from kiln.parsers.nccl_tests import parse_text
 from kiln.profiles import get_profile
+from kiln.records.burnin import load_run
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 GPU8 = FIXTURES / "burnin" / "gpu8"
@@ -134,7 +136,7 @@ def test_nccl_tests_output_becomes_an_allreduce_result():
 
 
 def test_report_round_trips_through_json(gpu8):
-    from kiln.burnin.model import BurninReport
+    from kiln.judging.model import BurninReport
 
     again = BurninReport.from_dict(json.loads(json.dumps(gpu8.to_dict())))
     assert again.to_dict() == gpu8.to_dict()

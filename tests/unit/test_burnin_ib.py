@@ -26,12 +26,14 @@ from ib_doubles import (
     dump,
     inventory,
 )
-from kiln.burnin import Action, Severity, judge_run
 from kiln.burnin import ib as IB
-from kiln.burnin.model import NO_IB, BurninReport
-from kiln.burnin.record import RunLayout, write_manifest
+from kiln.burnin import judge_run
 from kiln.fabric.links import parse_sysfs_dump, sysfs_dump_command
 from kiln.inventory import require_valid
+from kiln.judging import Action, Severity
+from kiln.judging.ib import IbPair, IbRail
+from kiln.judging.model import NO_IB, BurninReport
+from kiln.records.burnin import RunLayout, manifest_entry, write_manifest
 
 
 def test_the_dump_command_reads_names_guids_pci_ports_and_counters(tmp_path):
@@ -78,8 +80,8 @@ def test_rounds_pair_every_node_with_three_peers_on_the_rails_both_can_test(tmp_
     ]
     by_name = {p.name: p for r in rounds for p in r}
     assert by_name["ib-r0-gpu002--gpu003"].rails == (
-        IB.IbRail(0, "mlx5_0", "mlx5_0", 200.0),  # no inventory rate: the ports' own
-        IB.IbRail(1, "mlx5_1", "mlx5_1", 200.0),
+        IbRail(0, "mlx5_0", "mlx5_0", 200.0),  # no inventory rate: the ports' own
+        IbRail(1, "mlx5_1", "mlx5_1", 200.0),
     )
     assert [r.rail for r in by_name["ib-r1-gpu003--gpu004"].rails] == [0]  # gpu004 rail 1 down
     # A node that was not read is left out; two nodes make one round of one pair.
@@ -115,7 +117,7 @@ def record(tmp_path: Path, *, before=None, after=None, reports=None, nodes=NODES
     pairs = [p for r in rounds for p in r]
     write_manifest(
         run, run_id="ibtest", suite="quick", cluster="ibtest", nodes=list(nodes),
-        ib=IB.manifest_entry(nodes, pairs),
+        ib=manifest_entry(nodes, pairs),
     )  # fmt: skip
     for n in nodes:
         layout.gemm(n).write_text(GEMM.read_text())
@@ -237,9 +239,9 @@ def test_one_job_per_round_sends_the_table_to_every_node():
     from kiln.burnin.suites import resolve_suite
     from kiln.inventory.schema import BurninSpec
 
-    rails = (IB.IbRail(0, "mlx5_0", "mlx5_0", 400.0), IB.IbRail(1, "mlx5_1", "mlx5_1", 400.0))
-    pairs = [IB.IbPair("ib-r1-n01--n03", "n01", "n03", rails),
-             IB.IbPair("ib-r1-n02--n04", "n02", "n04", rails[:1])]  # fmt: skip
+    rails = (IbRail(0, "mlx5_0", "mlx5_0", 400.0), IbRail(1, "mlx5_1", "mlx5_1", 400.0))
+    pairs = [IbPair("ib-r1-n01--n03", "n01", "n03", rails),
+             IbPair("ib-r1-n02--n04", "n02", "n04", rails[:1])]  # fmt: skip
     spec = J.ib_round_job("RUN", "res", resolve_suite(BurninSpec(), "standard"), 1, pairs)
     assert (spec.name, spec.nodes, spec.allreduce_jobs) == (
         "ib-r1",
@@ -365,6 +367,7 @@ exit $rc
 """
 
 
+@pytest.mark.local
 def test_the_round_job_runs_end_to_end_with_doubles_of_srun_sbcast_and_ib_write_bw(tmp_path):
     from kiln.burnin import jobs as J
     from kiln.burnin.suites import resolve_suite
@@ -384,8 +387,8 @@ def test_the_round_job_runs_end_to_end_with_doubles_of_srun_sbcast_and_ib_write_
         (bin_ / name).write_text(text)
         (bin_ / name).chmod(0o755)
     paths = J.Paths(prefix=str(tmp_path), results=str(tmp_path / "results"))
-    rails = (IB.IbRail(0, "mlx5_0", "mlx5_0", 200.0), IB.IbRail(1, "mlx5_1", "mlx5_1", 200.0))
-    pair = IB.IbPair("ib-r0-a--b", "a", "b", rails)
+    rails = (IbRail(0, "mlx5_0", "mlx5_0", 200.0), IbRail(1, "mlx5_1", "mlx5_1", 200.0))
+    pair = IbPair("ib-r0-a--b", "a", "b", rails)
     spec = J.ib_round_job("RUN", "res", resolve_suite(BurninSpec()), 0, [pair], paths=paths)
     env = {
         **__import__("os").environ,

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from kiln.burnin.pairs import localise, pair_schedule
+from kiln.judging.pairs import localise, pair_schedule
 
 NODES = [f"n{i:02d}" for i in range(16)]
 

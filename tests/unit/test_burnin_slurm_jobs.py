@@ -1,15 +1,16 @@
-"""The Slurm side of burn-in as text: suites, job scripts, commands, node classification."""
+"""The Slurm side of burn-in as text: suites, job scripts, node classification."""
 
 from __future__ import annotations
 
 import pytest
 
 from kiln.burnin import jobs as J
-from kiln.burnin.campaign import classify
+from kiln.burnin.nodes import classify
 from kiln.burnin.suites import resolve_suite
 from kiln.errors import InvalidInputError
 from kiln.inventory.schema import BurninSpec
 from kiln.parsers.slurm import parse_scontrol_nodes
+from kiln.slurmctl.state import from_scontrol
 
 
 def test_quick_suite_defaults_and_inventory_time_limit():
@@ -88,21 +89,8 @@ def test_fabric_and_pair_jobs_force_the_ring_on_exactly_their_nodes():
     )
 
 
-def test_controller_commands():
+def test_reservation_name():
     assert J.reservation_name("20260530T101500Z-3f9a1c") == "kiln-burnin-20260530t101500z-3f9a1c"
-    assert J.create_reservation("res", ["n01", "n02"], 50) == (
-        "scontrol create reservation reservationname=res starttime=now duration=50 "
-        "users=root flags=maint,ignore_jobs nodes=n[01-02]"
-    )
-    assert J.drain("n01", "kiln: gemm cpu0 0.1 TFLOPS < floor 1") == (
-        "scontrol update nodename=n01 state=drain reason='kiln: gemm cpu0 0.1 TFLOPS < floor 1'"
-    )
-    assert J.resume("n01") == "scontrol update nodename=n01 state=resume"
-    assert J.squeue(["4", "5"]) == "squeue --noheader --array --jobs=4,5 --format='%i|%T|%r'"
-    submit = J.sbatch("#!/bin/bash\necho hi\n")
-    assert (
-        submit == "sbatch --parsable <<'KILN_BURNIN_JOB'\n#!/bin/bash\necho hi\nKILN_BURNIN_JOB\n"
-    )
 
 
 SCONTROL = """\
@@ -120,7 +108,7 @@ NodeName=n04 Arch=x86_64 CoresPerSocket=1
 
 
 def test_classify_tests_kiln_drained_nodes_and_skips_others():
-    states = parse_scontrol_nodes(SCONTROL)
+    states = {node.name: from_scontrol(node) for node in parse_scontrol_nodes(SCONTROL)}
     usable, kiln_drained, skipped = classify(states, ["n01", "n02", "n03", "n04", "n05"])
     assert usable == ["n01", "n02"]
     assert kiln_drained == {"n02": "kiln: gemm cpu0 0.0004 TFLOPS < floor 0.001"}

@@ -14,6 +14,7 @@ import pytest
 
 from kiln.burnin.workloads import workload_path
 
+pytestmark = pytest.mark.local
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
 
 TIMEOUT = 600  # importing torch on a loaded 2-core CI machine can take a while

@@ -55,6 +55,14 @@ def test_plan_renders_topology_conf_from_the_fabric_not_the_racks(tmp_path):
     assert "gpu017" not in conf  # not in the fabric: left out (validation warned)
 
 
+def test_the_capture_is_parsed_once_while_validating(tmp_path):
+    root = inventory(tmp_path)
+    cluster = require_valid(root)
+    (root / "fabric" / "ibnetdiscover.txt").unlink()  # rendering must not read it again
+    conf = next(f for f in make_plan(cluster).files if f.name == "topology.conf").content
+    assert body(conf) == body(GOLDEN.read_text())
+
+
 def test_kiln_plan_writes_it_and_provision_uses_the_same_renderer(tmp_path, capsys):
     root = inventory(tmp_path)
     with pytest.raises(SystemExit) as exited:

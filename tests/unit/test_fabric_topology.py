@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from kiln.app import main
-from kiln.fabric.gather import fabric_topology
-from kiln.fabric.topology import build_topology, render_topology_conf
+from kiln.fabric.topology import build_topology, render_topology_conf, topology_from_text
 from kiln.fleet import ExecResult, NodeResult, Status
 from kiln.inventory import require_valid
 from kiln.parsers.ibnetdiscover import parse_ibnetdiscover
@@ -76,7 +75,7 @@ def test_hosts_outside_the_inventory_stay_out_of_topology_conf():
 
 
 def test_disagreements_with_the_inventory_are_named():
-    result = fabric_topology(require_valid(INVENTORY), THREE.read_text(), THREE.name)
+    result = topology_from_text(require_valid(INVENTORY), THREE.read_text(), THREE.name)
     found = {(d.kind, d.subject): d.message for d in result.disagreements}
     assert set(found) == {
         ("missing-from-fabric", "gpu017"),
@@ -115,7 +114,7 @@ def test_strict_json_and_a_leaf_named_in_the_inventory(tmp_path, capsys):
 
 def test_a_degraded_link_is_reported():
     inventory = require_valid(INVENTORY)
-    result = fabric_topology(inventory, DEGRADED.read_text(), DEGRADED.name)
+    result = topology_from_text(inventory, DEGRADED.read_text(), DEGRADED.name)
     assert result.degraded_links == [
         "MF0;A09-P1-IBLEAF-04-04:MQM9701/U1 port 3 <-> a08-p1-dgx-04-c03 mlx5_5 port 1: "
         "4xHDR, expected 4xNDR"

@@ -21,6 +21,7 @@ from kiln.fleet import Status, fold_results, render_text, run_command, select_no
 from kiln.fleet.channel import MAX_OUTPUT
 from kiln.inventory import require_valid
 
+pytestmark = pytest.mark.local
 sshd = sshd_fixture.sshd  # the module-scoped throwaway sshd fixture
 
 KILN = str(Path(sys.executable).parent / "kiln")

@@ -9,8 +9,9 @@ import pytest
 
 from kiln.inventory.findings import FindingCollector, Level
 from kiln.inventory.hostranges import HostRangeError, expand_host_range
+from kiln.inventory.raw import RawInventory
 from kiln.inventory.resolve import ResolvedHost, resolve_hosts
-from kiln.inventory.sources import RawInventory, read_inventory
+from kiln.inventory.sources import read_inventory
 
 
 def write_tree(root: Path, files: dict[str, str]) -> Path:

@@ -5,15 +5,9 @@ from pathlib import Path
 import pytest
 
 from kiln.parsers import ParseError
-from kiln.parsers.nvidia_smi import (
-    Gpu,
-    NvlinkState,
-    RemappedRows,
-    RetiredPages,
-    parse_nvlink_status,
-    parse_query_gpu_csv,
-    parse_xml,
-)
+from kiln.parsers.nvidia_smi import Gpu, RemappedRows, RetiredPages, parse_xml
+from kiln.parsers.nvidia_smi_nvlink import NvlinkState, parse_nvlink_status
+from kiln.parsers.nvidia_smi_query import parse_query_gpu_csv
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 REAL_XML = FIXTURES / "real/nvidia-smi-q-x"

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from kiln.parsers import ParseError
+from kiln.parsers.drain_reason import is_kiln_reason
 from kiln.parsers.slurm import Gres, parse_gres, parse_scontrol_nodes, parse_sinfo
 
 REAL = Path(__file__).parent.parent / "fixtures/real/slurm-sinfo-scontrol"
@@ -38,7 +39,7 @@ def test_scontrol_drained_node_reason() -> None:
     assert node.reason is not None
     assert node.reason.text == "memory issues?"
     assert (node.reason.user, node.reason.time) == ("root", "2019-01-29T10:42:12")
-    assert not node.reason.set_by_kiln
+    assert not is_kiln_reason(node.reason.text)
     assert node.gres == () and node.gpus == 0
     assert node.alloc_tres == {}
     assert "gres/gpu" not in node.cfg_tres

@@ -8,7 +8,8 @@ import pytest
 from kiln.app import main
 from kiln.examples import example_inventory, write_example
 from kiln.inventory import require_valid
-from kiln.plan import batch_count, make_plan, split_batches
+from kiln.inventory.batches import hosts_per_batch, split_batches
+from kiln.plan import make_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "inventories" / "example-h100"
@@ -26,8 +27,8 @@ def run(argv, capsys):
     ("size", "hosts", "expected"),
     [("25%", 128, 32), ("10%", 5, 1), ("100%", 7, 7), (8, 128, 8), (500, 3, 3), ("1%", 0, 0)],
 )
-def test_batch_count_follows_ansible_serial(size, hosts, expected):
-    assert batch_count(size, hosts) == expected
+def test_hosts_per_batch_follows_ansible_serial(size, hosts, expected):
+    assert hosts_per_batch(size, hosts) == expected
 
 
 def test_split_batches_keeps_order_and_remainder():
@@ -119,7 +120,7 @@ def test_readme_documents_every_kiln_key():
 
 
 def test_etc_hosts_is_rendered_once_for_every_node():
-    from kiln.plan import render_etc_hosts
+    from kiln.plan.files import render_etc_hosts
 
     cluster = require_valid(EXAMPLE)
     lines = render_etc_hosts(cluster).content.splitlines()

@@ -1,10 +1,11 @@
-"""kiln.power.show: one nvidia-smi query per GPU node, CPU-only nodes listed and not contacted."""
+"""kiln power show: one nvidia-smi query per GPU node, CPU-only nodes listed and not contacted."""
 
 from __future__ import annotations
 
 from kiln.fleet import ExecResult, NodeResult, Status
 from kiln.inventory import Node
-from kiln.power.show import QUERY_COMMAND, power_show
+from kiln.power.show import QUERY_COMMAND
+from kiln.survey.power import power_show
 
 
 def _node(name: str, model: str, count: int) -> Node:

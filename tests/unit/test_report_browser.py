@@ -20,9 +20,12 @@ from kiln.report import render
 
 GPU8 = Path(__file__).parents[1] / "fixtures" / "burnin" / "gpu8"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium not installed (apt-get install -y chromium)"
-)
+pytestmark = [
+    pytest.mark.local,
+    pytest.mark.skipif(
+        CHROMIUM is None, reason="chromium not installed (apt-get install -y chromium)"
+    ),
+]
 
 
 def chromium(tmp_path: Path, *args: str, size: str = "1200,2000") -> subprocess.CompletedProcess:

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from kiln.app import main
-from kiln.burnin import judge_run, save_report
+from kiln.burnin import judge_run
 from kiln.inventory import require_valid
+from kiln.records.burnin import save_report
 from kiln.report import render
 
 GPU8 = Path(__file__).parents[1] / "fixtures" / "burnin" / "gpu8"

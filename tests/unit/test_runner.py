@@ -13,13 +13,19 @@ from types import SimpleNamespace
 import pytest
 
 from kiln.errors import EnvironmentProblem, ExitCode, InvalidInputError
-from kiln.plan import GeneratedFile
+from kiln.inventory.batches import batches_needed, normalize_batch_size
+from kiln.inventory.model import Cluster, Node
+from kiln.plan import GeneratedFile, PlanOptions, make_plan
+from kiln.plan import build as plan_build
+from kiln.plan import model as plan_model
+from kiln.plan.hostpattern import select_hosts
 from kiln.plan.stages import STAGES, Stage, select_stages
+from kiln.profiles import Versions
 from kiln.records import lock
 from kiln.records import runs as records
-from kiln.runner import engine, provision
+from kiln.runner import engine
 from kiln.runner.events import EventRecorder, failure_message
-from kiln.runner.hostpattern import select_hosts
+from kiln.runner.execute import execute
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SMOKE = FIXTURES / "engine" / "smoke.yml"
@@ -28,17 +34,48 @@ SMOKE = FIXTURES / "engine" / "smoke.yml"
 # --- test doubles ------------------------------------------------------------------------------
 
 
-def node(name: str, *groups: str) -> SimpleNamespace:
-    return SimpleNamespace(name=name, groups=tuple(groups or ("kiln_compute",)))
-
-
-def cluster(inventory: Path, names: list[str], batch_size="100%", max_fail=0) -> SimpleNamespace:
-    return SimpleNamespace(
-        name="test",
-        inventory_dir=inventory,
-        nodes=[node(name) for name in names],
-        rollout=SimpleNamespace(batch_size=batch_size, max_fail_percentage=max_fail),
+def node(name: str, *groups: str) -> Node:
+    """A compute node with no GPU; the render and export steps are patched (fake_runner)."""
+    return Node(
+        name=name,
+        address="127.0.0.1",
+        groups=tuple(groups or ("kiln_compute",)),
+        is_controller=False,
+        is_compute=True,
+        rack="unracked",
+        leaf_switch="leaf",
+        gpu_model="none",
+        gpu_count=0,
+        sockets=1,
+        cores_per_socket=1,
+        threads_per_core=1,
+        real_memory_mb=1024,
     )
+
+
+def cluster(inventory: Path, names: list[str], batch_size="100%", max_fail=0) -> Cluster:
+    """Compute nodes only, no controller: the Cluster model itself does not insist on one."""
+    return Cluster.model_validate(
+        {
+            "name": "test",
+            "inventory_dir": inventory,
+            "nodes": [node(name) for name in names],
+            "groups": {"kiln_compute": tuple(names)},
+            "versions": Versions(driver_branch=550, cuda="12.4", nccl="2.21.5", slurm="22.05"),
+            "partitions": (),
+            "rollout": {"batch_size": batch_size, "max_fail_percentage": max_fail},
+        }
+    )
+
+
+def plan_options(stages, **options) -> PlanOptions:
+    return PlanOptions(stages=tuple(stages), **options)
+
+
+def provision_run(cluster, options: PlanOptions, *, state: Path, listener=None) -> dict:
+    """What `kiln provision` does: make the plan, execute it; the result as its JSON document."""
+    plan = make_plan(cluster, options, state)
+    return execute(plan, listener=listener, state=state).to_dict()
 
 
 def ev(kind: str, counter: int = 0, **data) -> dict:
@@ -82,21 +119,18 @@ def fake_runner(monkeypatch):
         return runner
 
     monkeypatch.setattr(engine, "init_runner", init_runner)
-    exports: list[tuple[Path, list[str] | None]] = []
+    exports: list[list[str]] = []
 
-    def export_inventory(cluster, directory, hosts=None):
+    def render_inventory(cluster, hosts=None):
         """The test doubles carry no hardware model: record what each export would hold."""
         names = hosts if hosts is not None else [n.name for n in cluster.nodes]
-        exports.append((directory, list(names)))
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / "hosts.json"
-        path.write_text(json.dumps({"all": {"hosts": dict.fromkeys(names)}}))
-        return path
+        exports.append(list(names))
+        return json.dumps({"all": {"hosts": dict.fromkeys(names)}})
 
-    monkeypatch.setattr(provision, "export_inventory", export_inventory)
-    monkeypatch.setattr(provision, "render_files", lambda cluster: [])
+    monkeypatch.setattr(plan_model, "render_inventory", render_inventory)
+    monkeypatch.setattr(plan_build, "render_files", lambda cluster: ())
     monkeypatch.setattr(
-        provision, "render_etc_hosts", lambda cluster: GeneratedFile("hosts", "# test\n")
+        plan_build, "render_etc_hosts", lambda cluster: GeneratedFile("hosts", "# test\n")
     )
     return SimpleNamespace(started=started, script=script, exports=exports)
 
@@ -292,9 +326,9 @@ def test_missing_stats_means_the_play_never_reached_its_recap(tmp_path, inventor
         status="failed",
         rc=4,
     )
-    summary = provision.provision(
+    summary = provision_run(
         cluster(inventory, ["n1", "n2"]),
-        provision.ProvisionOptions(stages=[Stage("base", str(SMOKE), "")]),
+        plan_options([Stage("base", str(SMOKE), "")]),
         state=tmp_path / "state",
     )
     stage = summary["stages"][0]
@@ -318,9 +352,9 @@ def test_threshold_stop_leaves_later_batches_untouched(tmp_path, inventory, fake
         rc=2,
     )
     stages = [Stage("preflight", str(SMOKE), ""), Stage("base", str(SMOKE), "")]
-    summary = provision.provision(
+    summary = provision_run(
         cluster(inventory, ["n1", "n2", "n3", "n4"], batch_size=2),
-        provision.ProvisionOptions(stages=stages),
+        plan_options(stages),
         state=tmp_path / "state",
     )
     first = summary["stages"][0]
@@ -369,9 +403,9 @@ def test_hosts_failing_a_stage_are_left_out_of_later_stages(tmp_path, inventory,
     ]
     stages = [Stage("preflight", str(SMOKE), ""), Stage("base", str(SMOKE), "")]
     state = tmp_path / "state"
-    summary = provision.provision(
+    summary = provision_run(
         cluster(inventory, ["n1", "n2"], max_fail=50),
-        provision.ProvisionOptions(stages=stages),
+        plan_options(stages),
         state=state,
     )
     base = fake_runner.started[1].kwargs
@@ -400,8 +434,8 @@ def test_retry_failed_selects_failed_and_unreachable_of_last_run(tmp_path, inven
     record.mark_last(inventory)
     assert records.retry_hosts(inventory, state) == ["n2", "n4"]
 
-    options = provision.ProvisionOptions(stages=[Stage("base", str(SMOKE), "")], retry_failed=True)
-    provision.provision(cluster(inventory, ["n1", "n2", "n3", "n4"]), options, state=state)
+    options = plan_options([Stage("base", str(SMOKE), "")], retry_failed=True)
+    provision_run(cluster(inventory, ["n1", "n2", "n3", "n4"]), options, state=state)
     limit = fake_runner.started[0].kwargs["limit"]
     assert Path(limit[1:]).read_text() == "n2\nn4\n"
 
@@ -463,9 +497,9 @@ def test_provision_under_a_held_lock_touches_nothing(tmp_path, inventory, fake_r
     state = tmp_path / "state"
     _write_lock(inventory, state, pid=os.getpid())
     with pytest.raises(EnvironmentProblem):
-        provision.provision(
+        provision_run(
             cluster(inventory, ["n1"]),
-            provision.ProvisionOptions(stages=[Stage("base", str(SMOKE), "")]),
+            plan_options([Stage("base", str(SMOKE), "")]),
             state=state,
         )
     assert fake_runner.started == []
@@ -491,14 +525,14 @@ def test_limit_patterns_follow_ansible_semantics():
 
 
 def test_batch_sizes():
-    assert provision.normalize_batch_size(25) == "25"
-    assert provision.normalize_batch_size("25%") == "25%"
+    assert normalize_batch_size(25) == "25"
+    assert normalize_batch_size("25%") == "25%"
     for bad in ("0", "0%", "101%", "-1", "abc", "25 percent"):
         with pytest.raises(InvalidInputError):
-            provision.normalize_batch_size(bad)
-    assert provision.batch_count(10, "25%") == 5  # ansible: int(10 * 0.25) = 2 per batch
-    assert provision.batch_count(10, "100%") == 1
-    assert provision.batch_count(10, "3") == 4
+            normalize_batch_size(bad)
+    assert batches_needed(10, "25%") == 5  # ansible: int(10 * 0.25) = 2 per batch
+    assert batches_needed(10, "100%") == 1
+    assert batches_needed(10, "3") == 4
 
 
 def test_stage_selection_keeps_canonical_order(tmp_path):
@@ -567,6 +601,7 @@ def local_cluster(
     return require_valid(path)
 
 
+@pytest.mark.local
 def test_real_local_run_flows_events_and_stats_end_to_end(tmp_path):
     names = ["n1", "n2", "n3"]
     real = local_cluster(tmp_path / "inv", names)
@@ -584,9 +619,9 @@ def test_real_local_run_flows_events_and_stats_end_to_end(tmp_path):
         def stage_finished(self, stage, result):
             updates.append(("done", result["status"]))
 
-    first = provision.provision(
+    first = provision_run(
         real,
-        provision.ProvisionOptions(stages),
+        plan_options(stages),
         listener=Listener(),
         state=state,
     )
@@ -600,10 +635,11 @@ def test_real_local_run_flows_events_and_stats_end_to_end(tmp_path):
     assert (record / "events.jsonl").stat().st_size > 0
     assert not list(record.glob("preflight/artifacts/*/job_events/*.json"))  # compact
 
-    second = provision.provision(real, provision.ProvisionOptions(stages), state=state)
+    second = provision_run(real, plan_options(stages), state=state)
     assert second["exit_code"] == 0 and second["changed"] == 0
 
 
+@pytest.mark.local
 def test_real_run_sends_one_compact_event_per_host_task(tmp_path):
     """kiln's awx_display: no runner_on_start, ok results carry only `changed`, a failure keeps
     its whole result; per-host results, the recap and the displayed stdout are unchanged."""
@@ -648,14 +684,15 @@ def test_real_run_sends_one_compact_event_per_host_task(tmp_path):
     assert not list(result.artifact_dir.glob("job_events/*"))  # no partial file left behind
 
 
+@pytest.mark.local
 def test_real_local_run_stops_at_the_failure_threshold(tmp_path):
     names = ["ctl", "n1", "n2", "n3", "n4"]
     real = local_cluster(
         tmp_path / "inv", names, fail=("n1",), rollout={"batch_size": 2, "max_fail_percentage": 0}
     )
-    summary = provision.provision(
+    summary = provision_run(
         real,
-        provision.ProvisionOptions([Stage("preflight", str(SMOKE), "")]),
+        plan_options([Stage("preflight", str(SMOKE), "")]),
         state=tmp_path / "state",
     )
     stage = summary["stages"][0]
@@ -719,9 +756,9 @@ def test_plain_progress_lines_when_stderr_is_not_a_tty(tmp_path, inventory, fake
     )
     with LiveDisplay() as display:
         assert display.rich is False
-        provision.provision(
+        provision_run(
             cluster(inventory, ["n1"]),
-            provision.ProvisionOptions([Stage("base", str(SMOKE), "")]),
+            plan_options([Stage("base", str(SMOKE), "")]),
             listener=display,
             state=tmp_path / "state",
         )

@@ -13,11 +13,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from test_runner import SMOKE, FakeRunner, ev, local_cluster, stats
+from test_runner import SMOKE, FakeRunner, ev, local_cluster, plan_options, provision_run, stats
 
+from kiln.plan import shards
 from kiln.plan.stages import REFRESH, Stage
 from kiln.records import runs as records
-from kiln.runner import engine, provision, shards, workers
+from kiln.runner import engine, workers
+from kiln.runner import execute as runner_execute
+from kiln.runner import merge as stage_merge
 from kiln.runner.events import CappedLog, EventRecorder, ProgressAggregator, StageProgress
 
 STAGE = Stage("base", str(SMOKE), "")
@@ -145,14 +148,14 @@ def test_threshold_is_judged_over_the_whole_stage():
         }
 
     entries = [entry({"a1": "failed", "a2": "aborted"}, stopped=True), entry({"b1": "ok"})]
-    merge = shards.StageMerge("base", "base.yml", [])
+    merge = stage_merge.StageMerge("base", "base.yml", [])
     for done in entries:
         merge.add(done)
     assert merge.failed_share(4) == 25.0
-    assert shards.crosses_threshold(merge.failed_share(4), 20) is True
-    assert shards.crosses_threshold(merge.failed_share(4), 25) is False  # strictly more than
-    assert shards.held_back(entries[0]) == {"a1", "a2"}  # a stopped shard's unfinished hosts
-    assert shards.held_back(entry({"b1": "ok", "b2": "not_run"})) == set()
+    assert stage_merge.crosses_threshold(merge.failed_share(4), 20) is True
+    assert stage_merge.crosses_threshold(merge.failed_share(4), 25) is False  # strictly more than
+    assert stage_merge.held_back(entries[0]) == {"a1", "a2"}  # a stopped shard's unfinished hosts
+    assert stage_merge.held_back(entry({"b1": "ok", "b2": "not_run"})) == set()
 
 
 def test_stage_merge_keeps_running_counts_as_shards_finish():
@@ -162,7 +165,7 @@ def test_stage_merge_keeps_running_counts_as_shards_finish():
         hosts = {h: {"status": s} for h, s in statuses.items()}
         return {"name": name, "hosts": hosts, "status": status, "reached_recap": recap}
 
-    merge = shards.StageMerge("base", "base.yml", [])
+    merge = stage_merge.StageMerge("base", "base.yml", [])
     finished = [
         entry("p1", {"a1": "ok", "a2": "failed"}),
         entry("p2", {"b1": "unreachable", "b2": "changed"}),
@@ -171,8 +174,8 @@ def test_stage_merge_keeps_running_counts_as_shards_finish():
     ]
     for done in finished:
         merge.add(done)
-        recount = sum(shards.bad_hosts(e) for e in merge.shard_entries)
-        assert merge.failed_share(10) == shards.failed_share(recount, 10)
+        recount = sum(stage_merge.bad_hosts(e) for e in merge.shard_entries)
+        assert merge.failed_share(10) == stage_merge.failed_share(recount, 10)
     assert merge.bad == 3 and merge.failed_share(0) == 0.0
     assert merge.trouble is finished[2]  # the first shard that never reached its recap
 
@@ -182,9 +185,7 @@ def test_stage_merge_keeps_running_counts_as_shards_finish():
 
 def test_each_shard_gets_its_own_inventory_and_limit(tmp_path, runner):
     cluster = fleet(tmp_path)
-    summary = provision.provision(
-        cluster, provision.ProvisionOptions([STAGE]), state=tmp_path / "state"
-    )
+    summary = provision_run(cluster, plan_options([STAGE]), state=tmp_path / "state")
     assert summary["exit_code"] == 0, summary["stopped"]
     started = runner.started
     assert limit_hosts(started[0]) == ["ctl"]  # first, and alone
@@ -217,15 +218,15 @@ def test_each_shard_gets_its_own_inventory_and_limit(tmp_path, runner):
 
 def test_forks_per_shard_come_from_the_inventory_unless_overridden(tmp_path, runner):
     cluster = fleet(tmp_path, forks=15)
-    provision.provision(cluster, provision.ProvisionOptions([STAGE]), state=tmp_path / "s1")
+    provision_run(cluster, plan_options([STAGE]), state=tmp_path / "s1")
     assert {k["forks"] for k in runner.started} == {15}
     runner.started.clear()
-    options = provision.ProvisionOptions([STAGE], forks=7)
-    provision.provision(cluster, options, state=tmp_path / "s2")
+    options = plan_options([STAGE], forks=7)
+    provision_run(cluster, options, state=tmp_path / "s2")
     assert {k["forks"] for k in runner.started} == {7}
     runner.started.clear()
     default = fleet(tmp_path / "d")
-    provision.provision(default, provision.ProvisionOptions([STAGE]), state=tmp_path / "s3")
+    provision_run(default, plan_options([STAGE]), state=tmp_path / "s3")
     assert {k["forks"] for k in runner.started} == {25}  # the default
 
 
@@ -233,9 +234,7 @@ def test_a_shard_over_its_threshold_stops_only_itself(tmp_path, runner):
     cluster = fleet(tmp_path, max_fail_percentage=30)
     runner.outcome["a1"] = "failed"  # 1 of 7 hosts: 14% overall, 50% inside rack-ra
     stages = [STAGE, Stage("nvidia", str(SMOKE), "")]
-    summary = provision.provision(
-        cluster, provision.ProvisionOptions(stages), state=tmp_path / "state"
-    )
+    summary = provision_run(cluster, plan_options(stages), state=tmp_path / "state")
     base = summary["stages"][0]
     ra = next(s for s in base["shards"] if s["name"] == "rack-ra")
     assert ra["stopped_by_failure_threshold"] is True
@@ -250,8 +249,8 @@ def test_a_shard_over_its_threshold_stops_only_itself(tmp_path, runner):
 def test_overall_threshold_leaves_remaining_shards_unstarted(tmp_path, runner):
     cluster = fleet(tmp_path, max_fail_percentage=10)
     runner.outcome["a1"] = "unreachable"
-    options = provision.ProvisionOptions([STAGE], max_parallel_shards=1)
-    summary = provision.provision(cluster, options, state=tmp_path / "state")
+    options = plan_options([STAGE], max_parallel_shards=1)
+    summary = provision_run(cluster, options, state=tmp_path / "state")
     stage = summary["stages"][0]
     assert stage["shards_not_started"] == ["rack-rb", "rack-rc"]
     assert [s["status"] for s in stage["shards"]] == [
@@ -270,9 +269,7 @@ def test_overall_threshold_leaves_remaining_shards_unstarted(tmp_path, runner):
 def test_a_failed_controller_shard_starts_no_compute_shard(tmp_path, runner):
     cluster = fleet(tmp_path, max_fail_percentage=50)
     runner.outcome["ctl"] = "failed"
-    summary = provision.provision(
-        cluster, provision.ProvisionOptions([STAGE]), state=tmp_path / "state"
-    )
+    summary = provision_run(cluster, plan_options([STAGE]), state=tmp_path / "state")
     assert len(runner.started) == 1
     assert "controllers' shard failed" in summary["stopped"]["reason"]
     assert summary["stages"][0]["shards_not_started"] == ["rack-ra", "rack-rb", "rack-rc"]
@@ -282,12 +279,12 @@ def test_retry_failed_runs_only_the_failed_hosts_shards(tmp_path, runner):
     cluster = fleet(tmp_path, max_fail_percentage=50)
     state = tmp_path / "state"
     runner.outcome.update(a2="failed", c1="unreachable")
-    first = provision.provision(cluster, provision.ProvisionOptions([STAGE]), state=state)
+    first = provision_run(cluster, plan_options([STAGE]), state=state)
     assert sorted(first["failed_hosts"] + first["unreachable_hosts"]) == ["a2", "c1"]
     runner.outcome.clear()
     runner.started.clear()
-    options = provision.ProvisionOptions([STAGE], retry_failed=True)
-    retry = provision.provision(cluster, options, state=state)
+    options = plan_options([STAGE], retry_failed=True)
+    retry = provision_run(cluster, options, state=state)
     assert retry["targets"] == ["a2", "c1"]
     assert sorted(limit_hosts(k)[0] for k in runner.started) == ["a2", "c1"]
     assert [s["name"] for s in retry["stages"][0]["shards"]] == ["rack-ra", "rack-rc"]
@@ -297,13 +294,13 @@ def test_retry_failed_runs_only_the_failed_hosts_shards(tmp_path, runner):
 def test_new_nodes_refresh_the_rest_and_run_everything_on_the_new(tmp_path, runner):
     state = tmp_path / "state"
     old = local_cluster(tmp_path / "inv", ["a1", "a2"], racks=RACKS, controller="ctl")
-    provision.provision(old, provision.ProvisionOptions([STAGE]), state=state)
+    provision_run(old, plan_options([STAGE]), state=state)
     grown = local_cluster(tmp_path / "inv", ["a1", "a2", "b1", "b2"], racks=RACKS, controller="ctl")
     assert records.provisioned_hosts(grown.inventory_dir, state) == {"ctl", "a1", "a2"}
     runner.started.clear()
 
-    options = provision.ProvisionOptions([STAGE], new_nodes=True)
-    summary = provision.provision(grown, options, state=state)
+    options = plan_options([STAGE], new_nodes=True)
+    summary = provision_run(grown, options, state=state)
     assert summary["new_nodes"] == {
         "new": ["b1", "b2"],
         "existing": ["ctl", "a1", "a2"],
@@ -316,7 +313,7 @@ def test_new_nodes_refresh_the_rest_and_run_everything_on_the_new(tmp_path, runn
     assert [limit_hosts(k) for k in base] == [["b1", "b2"]]
     # Nothing new: nothing runs.
     runner.started.clear()
-    again = provision.provision(grown, options, state=state)
+    again = provision_run(grown, options, state=state)
     assert again["stages"] == [] and runner.started == [] and again["exit_code"] == 0
 
 
@@ -456,6 +453,7 @@ def test_streamed_kwargs_name_paths_as_the_worker_sees_them(tmp_path):
     assert "event_handler" not in kwargs
 
 
+@pytest.mark.local
 def test_a_real_local_worker_streams_events_home(tmp_path):
     """transmit -> `ansible-runner worker` (a local process standing in for ssh) -> process."""
     cluster = local_cluster(tmp_path / "inv", ["n1", "n2"], fail=("n2",), controller="ctl")
@@ -495,6 +493,7 @@ def test_a_real_local_worker_streams_events_home(tmp_path):
 # --- a real run: two shards in parallel over the local connection -------------------------------
 
 
+@pytest.mark.local
 def test_two_shards_run_in_parallel_for_real(tmp_path):
     cluster = local_cluster(
         tmp_path / "inv",
@@ -502,9 +501,7 @@ def test_two_shards_run_in_parallel_for_real(tmp_path):
         controller="ctl",
         rollout={"shard_by": "count", "shard_size": 2, "max_parallel_shards": 2},
     )
-    summary = provision.provision(
-        cluster, provision.ProvisionOptions([STAGE]), state=tmp_path / "state"
-    )
+    summary = provision_run(cluster, plan_options([STAGE]), state=tmp_path / "state")
     assert summary["exit_code"] == 0, summary["stopped"]
     stage = summary["stages"][0]
     assert [(s["name"], s["hosts"]) for s in stage["shards"]] == [
@@ -528,11 +525,9 @@ def test_provision_runs_as_many_shards_as_the_memory_budget_allows(tmp_path, run
         limits.append(real(*args, cpu_count=64, **kwargs))
         return limits[-1]
 
-    monkeypatch.setattr(shards, "parallel_limit", spy)
+    monkeypatch.setattr(runner_execute, "parallel_limit", spy)
     cluster = fleet(tmp_path, shard_by="count", shard_size=1, controller_memory_gib=0.9, forks=20)
-    summary = provision.provision(
-        cluster, provision.ProvisionOptions([STAGE]), state=tmp_path / "state"
-    )
+    summary = provision_run(cluster, plan_options([STAGE]), state=tmp_path / "state")
     assert summary["exit_code"] == 0
     # (922 - 128 MiB) / (90 + 20 x 15 MiB) per shard, though 64 cores and 6 shards
     assert limits == [2]

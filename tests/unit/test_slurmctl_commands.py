@@ -67,7 +67,30 @@ def test_nodelist_is_a_compressed_hostlist():
 def test_sinfo_and_show_node_argv():
     assert commands.sinfo() == ["sinfo", "--noheader", "--format", "%N|%T|%G|%u|%H|%E"]
     assert commands.sinfo(["a1", "a2"])[-2:] == ["--nodes", "a[1-2]"]
-    assert commands.show_node("gpu001") == ["scontrol", "show", "node", "gpu001"]
+    assert commands.show_nodes(["gpu001"]) == ["scontrol", "show", "node", "gpu001"]
+    assert commands.show_nodes(["n01", "n02"]) == ["scontrol", "show", "node", "n[01-02]"]
+
+
+def test_burnin_reservation_and_job_commands():
+    assert commands.create_reservation("res", ["n01", "n02"], 50) == [
+        "scontrol", "create", "reservation", "reservationname=res", "starttime=now",
+        "duration=50", "users=root", "flags=maint,ignore_jobs", "nodes=n[01-02]",
+    ]  # fmt: skip
+    assert commands.delete_reservation("res") == ["scontrol", "delete", "reservationname=res"]
+    assert commands.drain(["n01"], "kiln: gemm cpu0 0.1 TFLOPS < floor 1") == [
+        "scontrol", "update", "nodename=n01", "state=drain",
+        "reason=kiln: gemm cpu0 0.1 TFLOPS < floor 1",
+    ]  # fmt: skip
+    assert commands.squeue(["4", "5"]) == [
+        "squeue", "--noheader", "--array", "--jobs=4,5", "--format=%i|%T|%r",
+    ]  # fmt: skip
+    assert commands.scancel(["4", "5"]) == ["scancel", "4", "5"]
+    submit = commands.sbatch("#!/bin/bash\necho hi\n")
+    assert (
+        submit == "sbatch --parsable <<'KILN_BURNIN_JOB'\n#!/bin/bash\necho hi\nKILN_BURNIN_JOB\n"
+    )
+    assert commands.job_id("17\n") == "17" and commands.job_id("18;cluster\n") == "18"
+    assert commands.job_id("sbatch: error: Batch job submission failed\n") is None
 
 
 def test_script_runs_in_a_real_shell_without_interpreting_the_reason(tmp_path: Path):

@@ -16,7 +16,8 @@ import pytest
 from kiln.errors import ExitCode, InvalidInputError, OperationFailed
 from kiln.fleet import ExecResult, NodeResult, Status
 from kiln.render.hostlist import expand
-from kiln.slurmctl import drain, resume
+from kiln.slurmctl import commands, drain, resume
+from kiln.slurmctl.remote import Controller
 from kiln.slurmctl.state import from_sinfo
 from slurm_inventory import slurm_cluster
 
@@ -198,3 +199,39 @@ def test_states_with_suffixes_and_flags():
     assert not nodes["a1"].responding and not nodes["a1"].drained and nodes["a1"].base == "down"
     assert nodes["a2"].drained_by_kiln and nodes["a2"].gpus == 8 and nodes["a2"].drained_by == "ann"
     assert nodes["a3"].drained and nodes["a3"].drained_by == "slurm"
+
+
+SHOWN = """\
+NodeName=cricket Arch=x86_64 CoresPerSocket=1
+   State=IDLE+DRAIN ThreadsPerCore=1
+   Reason=kiln: gemm gpu0 low (by alice) [root@2026-11-29T09:00:00]
+"""
+
+
+def test_burnin_s_controller_runs_as_root_submits_and_reads_the_nodes(cluster):
+    """Burn-in uses this same controller: sudo unless the SSH user is root, sbatch's job id,
+    `scontrol show node` read into NodeStates."""
+    sent: list[str] = []
+
+    def runner(nodes, command, *, fanout, timeout) -> ExecResult:
+        sent.append(command)
+        script = shlex.split(command)[-1]  # sudo -n sh -c SCRIPT
+        out = (
+            "4242\n"
+            if script.startswith("sbatch ")
+            else f"@@kiln-step 0\n{SHOWN}@@kiln-step-rc 0\n"
+        )
+        if "fail.sh" in script:
+            out = "sbatch: error: Batch job submission failed\n"
+        result = NodeResult("ctl", "10.0.0.1", Status.OK, exit_code=0, stdout=out)
+        return ExecResult(command, [result], 0.1, fanout, timeout)
+
+    ctl = Controller(cluster, runner=runner, root=True)
+    assert ctl.submit("#!/bin/bash\ntrue\n", "node-g0") == "4242"
+    shown = ctl.show(["cricket"])
+    assert all(command.startswith("sudo -n sh -c ") for command in sent)
+    assert shlex.split(sent[0])[-1] == commands.sbatch("#!/bin/bash\ntrue\n")
+    assert "scontrol show node cricket" in shlex.split(sent[1])[-1]
+    assert shown["cricket"].drained_by_kiln and shown["cricket"].drained_by == "alice"
+    with pytest.raises(OperationFailed, match="sbatch of ib-r0 printed no job id"):
+        ctl.submit("#!/bin/bash\n# fail.sh\n", "ib-r0")

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from kiln.burnin import BurninReport, save_report
-from kiln.burnin.verdicts import Action, Severity, Verdict
 from kiln.fleet import ExecResult, NodeResult, Status
+from kiln.judging import BurninReport
+from kiln.judging.verdicts import Action, Severity, Verdict
 from kiln.parsers.slurm import parse_scontrol_nodes
+from kiln.records.burnin import save_report
 from kiln.slurmctl.burnin import last_verdicts
 from kiln.slurmctl.state import from_scontrol
 from kiln.slurmctl.status import NOT_IN_INVENTORY, NOT_IN_SLURM, cluster_status, merge

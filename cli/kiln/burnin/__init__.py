@@ -1,49 +1,26 @@
-"""Burn-in: workloads shipped to the nodes, their results, judging, localisation, run records.
+"""Burn-in, the campaign: the workloads shipped to the nodes, run through Slurm, brought home.
 
-    report = judge_run(run_dir, cluster)     # BurninReport: verdicts, drain reasons, figures
-    save_report(run_dir, report)             # <run>/report.json, re-rendered by `kiln report`
-    report.drain()                           # {node: "kiln: gemm gpu3 612 TFLOPS < floor 700"}
-    pair_schedule(nodes)                     # rounds of node pairs for the pairwise pass
-    ib.plan_rounds(hcas, views, ...)         # InfiniBand pairs and rails for ib_write_bw
+    target = select_target(cluster, options)            # the suite and nodes; touches nothing
+    outcome = run_burnin(cluster, target, options)      # reserve, submit, collect, judge, drain
+    report = judge_run(run_dir, cluster)                # a run record judged (again)
 
-Nothing here prints, submits jobs or touches a node; the Slurm stage does that around it.
+Modules: `campaign` (the phases), `nodes` (which nodes Slurm lets run), `jobs` (the job
+scripts), `ib` (InfiniBand pairs and rails), `collect` (results home over SSH), `suites`,
+`workloads` (what runs on the nodes). Judging is kiln.judging's, Slurm commands kiln.slurmctl's,
+the run record's files kiln.records.burnin's; `kiln burnin` installs the runtime before and
+renders the reports after (kiln.commands.burnin).
 """
 
 from __future__ import annotations
 
-from kiln.burnin.analysis import judge
-from kiln.burnin.model import BurninReport
-from kiln.burnin.pairs import Localisation, localise, pair_schedule
-from kiln.burnin.record import (
-    RunLayout,
-    judge_run,
-    load_report,
-    load_run,
-    save_report,
-    write_manifest,
-)
-from kiln.burnin.results import AllreduceResult, GemmResult, NoResult
-from kiln.burnin.thresholds import Floors, floors_for
-from kiln.burnin.verdicts import Action, Severity, Verdict
+from kiln.burnin.campaign import BurninOptions, BurninOutcome, Target, run_burnin, select_target
+from kiln.burnin.judge import judge_run
 
 __all__ = [
-    "Action",
-    "AllreduceResult",
-    "BurninReport",
-    "Floors",
-    "GemmResult",
-    "Localisation",
-    "NoResult",
-    "RunLayout",
-    "Severity",
-    "Verdict",
-    "floors_for",
-    "judge",
+    "BurninOptions",
+    "BurninOutcome",
+    "Target",
     "judge_run",
-    "load_report",
-    "load_run",
-    "localise",
-    "pair_schedule",
-    "save_report",
-    "write_manifest",
+    "run_burnin",
+    "select_target",
 ]

@@ -1,10 +1,11 @@
-"""The Slurm side of a burn-in, as text: job scripts and the scontrol/squeue commands.
+"""The Slurm jobs of a burn-in, as text: the job scripts that launch the workloads.
 
-Pure functions (no SSH, no Slurm), so unit tests check the exact scripts and commands. Every
-job runs inside the run's reservation, `--exclusive`, with a hard `--time`, and writes its
-result on the node that runs it, under <results>/<run>/ (gemm/<node>.json,
-allreduce/<job>.json: the run record's layout), via a temporary name renamed on success, so
-a killed job leaves no half-written result. kiln fetches those folders over SSH afterwards.
+Pure functions (no SSH, no Slurm), so unit tests check the exact scripts; kiln.slurmctl
+submits them (Controller.submit) and issues every Slurm command around them. Every job runs
+inside the run's reservation, `--exclusive`, with a hard `--time`, and writes its result on
+the node that runs it, under <results>/<run>/ (gemm/<node>.json, allreduce/<job>.json: the run
+record's layout), via a temporary name renamed on success, so a killed job leaves no
+half-written result. kiln fetches those folders over SSH afterwards (kiln.burnin.collect).
 
     node array   one task per node (--array, -N1): the GEMM on every device of the node, and
                  on GPU nodes an all-reduce across the node's GPUs (NVLink, NCCL)
@@ -191,69 +192,3 @@ def ib_round_job(
         "exit $rc",
     ]
     return JobSpec(f"ib-r{round_}", "\n".join(lines) + "\n", tuple(nodes), (), minutes)
-
-
-# --- commands run on the controller -------------------------------------------------------
-
-
-def sbatch(script: str) -> str:
-    """Submit a script from a here-document; prints the job id (--parsable)."""
-    marker = "KILN_BURNIN_JOB"
-    while marker in script:
-        marker += "_"
-    return f"sbatch --parsable <<'{marker}'\n{script}{marker}\n"
-
-
-def create_reservation(name: str, nodes: Sequence[str], minutes: int) -> str:
-    return (
-        f"scontrol create reservation reservationname={name} starttime=now "
-        f"duration={minutes} users=root flags=maint,ignore_jobs nodes={compress(nodes)}"
-    )
-
-
-def delete_reservation(name: str) -> str:
-    return f"scontrol delete reservationname={name}"
-
-
-def show_nodes(nodes: Sequence[str]) -> str:
-    return f"scontrol show node {compress(nodes)}"
-
-
-def drain(node: str, reason: str) -> str:
-    return f"scontrol update nodename={node} state=drain reason={shlex.quote(reason)}"
-
-
-def resume(node: str) -> str:
-    return f"scontrol update nodename={node} state=resume"
-
-
-def squeue(job_ids: Sequence[str]) -> str:
-    """Jobs still known to slurmctld, one `id|state|reason` line per job (array tasks too)."""
-    return f"squeue --noheader --array --jobs={','.join(job_ids)} --format='%i|%T|%r'"
-
-
-def scancel(job_ids: Sequence[str]) -> str:
-    return f"scancel {' '.join(job_ids)}"
-
-
-def fetch(paths: Paths, run_id: str) -> str:
-    """On a node: print this run's results and logs as one JSON object, then remove them."""
-    program = (
-        "import json,os,sys,glob\n"
-        "root,run,logs=sys.argv[1],sys.argv[2],sys.argv[3]\n"
-        "files={}\n"
-        "for base,dirs,names in os.walk(os.path.join(root,run)):\n"
-        " for n in names:\n"
-        "  if n.endswith('.tmp'): continue\n"
-        "  p=os.path.join(base,n)\n"
-        "  files[os.path.relpath(p,os.path.join(root,run))]=open(p,errors='replace').read()\n"
-        "for p in glob.glob(os.path.join(logs,run+'-*.log')):\n"
-        " files['logs/'+os.path.basename(p)]=open(p,errors='replace').read()[-65536:]\n"
-        "json.dump(files,sys.stdout)\n"
-    )
-    run_dir = paths.run_dir(run_id)
-    logs = f"{paths.results}/logs"
-    return (
-        f"python3 -c {shlex.quote(program)} {shlex.quote(paths.results)} {shlex.quote(run_id)} "
-        f"{shlex.quote(logs)} && rm -rf {shlex.quote(run_dir)} {shlex.quote(logs)}/{run_id}-*.log"
-    )

@@ -1,5 +1,9 @@
 """`kiln burnin INVENTORY`: GEMM, all-reduce and InfiniBand rails through Slurm, judged, failing
-nodes drained."""
+nodes drained.
+
+The command composes the steps: install the runtime (the `burnin` stage through kiln's engine),
+run the campaign (kiln.burnin: reserve, submit, collect, judge, drain), render the reports.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +16,17 @@ from typing import Annotated
 
 import typer
 
-from kiln.burnin.campaign import BurninOptions, run_burnin
+from kiln.burnin import BurninOptions, BurninOutcome, run_burnin, select_target
+from kiln.burnin.campaign import Progress
+from kiln.burnin.jobs import Paths
 from kiln.console import err, out, print_json
-from kiln.errors import ExitCode
-from kiln.inventory import require_valid
+from kiln.errors import ExitCode, OperationFailed
+from kiln.inventory import Cluster, require_valid
+from kiln.judging import BurninReport
+from kiln.plan.stages import Stage
 from kiln.report import render, render_table
+
+BURNIN_STAGE = Stage("burnin", "burnin.yml", "burn-in workloads and their torch runtime")
 
 
 class Suite(StrEnum):
@@ -30,6 +40,55 @@ class Format(StrEnum):
     json = "json"
     junit = "junit"
     html = "html"
+
+
+def install_runtime(cluster: Cluster, names: list[str], paths: Paths) -> None:
+    """The `burnin` stage on `names` (idempotent: a no-op when everything is in place)."""
+    from kiln.burnin.workloads import workload_path
+    from kiln.plan import PlanOptions, make_plan
+    from kiln.runner.execute import execute
+
+    options = PlanOptions(
+        stages=(BURNIN_STAGE,),
+        limit=",".join(names),
+        extravars={
+            "burnin_prefix": paths.prefix,
+            "burnin_results_dir": paths.results,
+            "burnin_workloads_src": str(workload_path("gemm").parent),
+        },
+    )
+    result = execute(make_plan(cluster, options))
+    if not result.ok:
+        bad = result.failed_hosts + result.unreachable_hosts
+        stopped = (result.stopped or {}).get("reason", "")
+        raise OperationFailed(
+            f"the burn-in runtime did not install on {', '.join(bad) or 'the nodes'} {stopped}",
+            hint=f"see the run record {result.record}",
+        )
+
+
+def save_renderings(run_dir: Path, report: BurninReport) -> None:
+    """report.xml (JUnit) and report.html beside the run's report.json."""
+    (run_dir / "report.xml").write_text(render(report, "junit"), encoding="utf-8")
+    (run_dir / "report.html").write_text(render(report, "html"), encoding="utf-8")
+
+
+def burn_in(
+    cluster: Cluster, options: BurninOptions, *, install: bool, progress: Progress
+) -> BurninOutcome:
+    """install -> run -> judge -> report: the steps of `kiln burnin`, composed; its outcome."""
+    started = time.monotonic()
+    target = select_target(cluster, options)  # invalid input stops here, before the install
+    timings: dict[str, float] = {}
+    if install:
+        progress(f"runtime: burnin stage on {len(target.nodes)} node(s)")
+        install_runtime(cluster, target.nodes, options.paths)
+        timings["runtime"] = time.monotonic() - started
+    # Judged inside the campaign: the node states it sets depend on the verdicts.
+    outcome = run_burnin(cluster, target, options, progress=progress)
+    outcome.timings = {**timings, "total": time.monotonic() - started, **outcome.timings}
+    save_renderings(outcome.run_dir, outcome.report)
+    return outcome
 
 
 def burnin(
@@ -90,9 +149,8 @@ def burnin(
         hours=hours,
         gemm_seconds=seconds,
         drain=not no_drain,
-        install=not skip_runtime,
     )
-    outcome = run_burnin(cluster, options, progress=progress)
+    outcome = burn_in(cluster, options, install=not skip_runtime, progress=progress)
     report = outcome.report
     for node, reason in outcome.drained.items():
         err.print(f"[bold red]drained[/] {node}: {reason}")

@@ -10,8 +10,9 @@ import typer
 
 from kiln.console import err, print_json
 from kiln.errors import ExitCode
-from kiln.fabric.gather import fabric_topology, gather_ibnetdiscover, gather_node, read_source
+from kiln.fabric.topology import read_source, topology_from_text
 from kiln.inventory import require_valid
+from kiln.survey.fabric import ibnetdiscover_node, run_ibnetdiscover
 
 app = typer.Typer(help="The InfiniBand fabric: topology.conf from what the fabric reports.")
 
@@ -53,14 +54,14 @@ def topology(
     """
     cluster = require_valid(inventory)
     if from_ is None:
-        target = gather_node(cluster, node)
+        target = ibnetdiscover_node(cluster, node)
         err.print(f"running ibnetdiscover on {target.name} ...")
-        text, source = gather_ibnetdiscover(target), f"ibnetdiscover on {target.name}"
+        text, source = run_ibnetdiscover(target), f"ibnetdiscover on {target.name}"
     elif str(from_) == "-":
         text, source = sys.stdin.read(), "ibnetdiscover output on stdin"
     else:
         text, source = read_source(from_), from_.name
-    result = fabric_topology(cluster, text, source)
+    result = topology_from_text(cluster, text, source)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(result.conf)

@@ -11,8 +11,8 @@ from rich.table import Table
 from kiln.console import err, out, print_json
 from kiln.errors import ExitCode, InvalidInputError
 from kiln.inventory import require_valid
-from kiln.inventory.schema import BATCH_SIZE
-from kiln.plan import Plan, make_plan, write_files
+from kiln.inventory.batches import BATCH_SIZE
+from kiln.plan import Plan, PlanOptions, make_plan, write_files
 from kiln.render.hostlist import compress
 
 
@@ -20,7 +20,7 @@ def _shorten(hostlist: str, width: int = 60) -> str:
     return hostlist if len(hostlist) <= width else hostlist[: width - 3] + "..."
 
 
-def render(plan: Plan, output: Path | None) -> None:
+def render(plan: Plan, output: Path | None, changed_files: list[str]) -> None:
     cluster = plan.cluster
     out.print(
         f"Plan for cluster [bold]{cluster.name}[/]: {len(cluster.controllers)} "
@@ -29,7 +29,7 @@ def render(plan: Plan, output: Path | None) -> None:
     out.print(f"Versions: {cluster.versions.describe()}")
     table = Table("stage", "hosts", "batches", "first batch", "what it does")
     for stage in plan.stages:
-        first = _shorten(compress(stage.batches[0])) if stage.batches else "-"
+        first = _shorten(compress(list(stage.batches[0]))) if stage.batches else "-"
         table.add_row(
             stage.name, str(len(stage.hosts)), str(len(stage.batches)), first, stage.summary
         )
@@ -38,7 +38,7 @@ def render(plan: Plan, output: Path | None) -> None:
     for generated in plan.files:
         status = ""
         if output is not None:
-            status = " (changed)" if generated.name in plan.changed_files else " (unchanged)"
+            status = " (changed)" if generated.name in changed_files else " (unchanged)"
         files.add_row(
             generated.name + status, str(generated.content.count("\n")), generated.sha256[:16]
         )
@@ -77,27 +77,23 @@ def plan(
 
     Validates first (exit 2 on any error). Contacts no host.
     """
-    size: int | str | None = None
-    if batch_size is not None:
-        if not BATCH_SIZE.match(batch_size):
-            raise InvalidInputError(
-                f"--batch-size {batch_size!r} is neither a count nor N%",
-                hint="for example --batch-size 8 or --batch-size 25%",
-            )
-        size = int(batch_size) if batch_size.isdigit() else batch_size
+    if batch_size is not None and not BATCH_SIZE.match(batch_size):
+        raise InvalidInputError(
+            f"--batch-size {batch_size!r} is neither a count nor N%",
+            hint="for example --batch-size 8 or --batch-size 25%",
+        )
     if detailed_exitcode and output is None:
         raise InvalidInputError(
             "--detailed-exitcode compares against --output DIR",
             hint="add --output DIR (the files you keep under version control)",
         )
     cluster = require_valid(inventory)
-    result = make_plan(cluster, size)
-    if output is not None:
-        write_files(result, output)
+    result = make_plan(cluster, PlanOptions(batch_size=batch_size))
+    changed = write_files(result.files, output) if output is not None else []
     if json:
-        print_json("plan", result.to_dict())
+        print_json("plan", result.to_dict(changed))
     else:
-        render(result, output)
-    if detailed_exitcode and result.changed_files:
+        render(result, output, changed)
+    if detailed_exitcode and changed:
         return int(ExitCode.CHANGES_PENDING)
     return int(ExitCode.OK)

@@ -12,7 +12,8 @@ from kiln.console import err, out, print_json
 from kiln.errors import ExitCode
 from kiln.fleet import select_nodes
 from kiln.inventory import require_valid
-from kiln.power.show import PowerShow, power_show
+from kiln.power.show import PowerShow
+from kiln.survey.power import power_show
 
 app = typer.Typer(help="GPU power and cooling policy.", no_args_is_help=True)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -14,6 +14,10 @@ from kiln.console import err, out, print_json
 from kiln.errors import ExitCode, InvalidInputError
 from kiln.plan.stages import Stage
 from kiln.runner.events import StageProgress
+from kiln.runner.result import RunResult
+
+if TYPE_CHECKING:  # kiln.inventory loads pydantic: not on the path of `kiln --help`
+    from kiln.inventory import Cluster
 
 STATUS_STYLE = {
     "ok": "green",
@@ -91,7 +95,7 @@ class LiveDisplay:
             err.print(line)
 
 
-def _confirm(cluster: Any, stages: list[Stage], yes: bool, check: bool) -> None:
+def _confirm(cluster: Cluster, stages: list[Stage], yes: bool, check: bool) -> None:
     if yes or check:
         return
     if not (sys.stdin.isatty() and err.is_terminal):
@@ -105,39 +109,39 @@ def _confirm(cluster: Any, stages: list[Stage], yes: bool, check: bool) -> None:
         raise typer.Exit(int(ExitCode.FAILED))
 
 
-def render_summary(summary: dict[str, Any]) -> None:
-    stages = [entry["name"] for entry in summary["stages"]]
-    table = Table(title=f"kiln provision {summary['run_id']}", title_justify="left")
+def render_summary(result: RunResult) -> None:
+    stages = [entry["name"] for entry in result.stages]
+    table = Table(title=f"kiln provision {result.run_id}", title_justify="left")
     table.add_column("host")
     for name in stages:
         table.add_column(name)
-    for host, statuses in summary["hosts"].items():
+    for host, statuses in result.hosts.items():
         cells = []
         for name in stages:
             status = statuses.get(name, "-")
             cells.append(f"[{STATUS_STYLE.get(status, '')}]{status}[/]" if status != "-" else "-")
         table.add_row(host, *cells)
     out.print(table)
-    for entry in summary["stages"]:
-        for host, result in entry["hosts"].items():
-            if result["status"] in ("failed", "unreachable"):
+    for entry in result.stages:
+        for host, outcome in entry["hosts"].items():
+            if outcome["status"] in ("failed", "unreachable"):
                 out.print(
-                    f"{entry['name']}: {host} {result['status']} at "
-                    f"'{result['failed_task']}': {result['message']}"
+                    f"{entry['name']}: {host} {outcome['status']} at "
+                    f"'{outcome['failed_task']}': {outcome['message']}"
                 )
-    for entry in summary["stages"]:
+    for entry in result.stages:
         if len(entry.get("shards", ())) > 1:
             parts = [f"{s['name']} {s['status']}" for s in entry["shards"]]
             out.print(f"{entry['name']} shards: {', '.join(parts)}")
-    if summary["stopped"]:
-        out.print(f"stopped in {summary['stopped']['stage']}: {summary['stopped']['reason']}")
-        if summary["stopped"].get("shards_not_started"):
-            names = ", ".join(summary["stopped"]["shards_not_started"])
+    if result.stopped:
+        out.print(f"stopped in {result.stopped['stage']}: {result.stopped['reason']}")
+        if result.stopped.get("shards_not_started"):
+            names = ", ".join(result.stopped["shards_not_started"])
             out.print(f"shards not started: {names}")
-    if summary.get("new_nodes") is not None:
-        new = summary["new_nodes"]["new"]
+    if result.new_nodes is not None:
+        new = result.new_nodes["new"]
         out.print(f"new nodes: {len(new)} ({', '.join(new[:10])}{' ...' if len(new) > 10 else ''})")
-    out.print(f"changed tasks: {summary['changed']}; run record: {summary['record']}")
+    out.print(f"changed tasks: {result.changed}; run record: {result.record}")
 
 
 def provision(
@@ -167,25 +171,27 @@ def provision(
 ) -> int:
     """Provision the inventory's hosts, stage by stage (exit 0 all good, 1 a host failed)."""
     from kiln.inventory import require_valid
+    from kiln.inventory.batches import normalize_batch_size
+    from kiln.plan import PlanOptions, make_plan
     from kiln.plan.stages import select_stages
-    from kiln.runner.provision import ProvisionOptions, normalize_batch_size
-    from kiln.runner.provision import provision as run_provision
+    from kiln.runner.execute import execute
 
     cluster = require_valid(inventory)
     selected = select_stages(stages)
-    options = ProvisionOptions(
-        stages=selected,
+    options = PlanOptions(
+        stages=tuple(selected),
         limit=limit,
         check=check,
         retry_failed=retry_failed,
         batch_size=normalize_batch_size(batch_size) if batch_size else None,
         new_nodes=new_nodes,
     )
+    plan = make_plan(cluster, options)
     _confirm(cluster, selected, yes, check)
     with LiveDisplay() as display:
-        summary = run_provision(cluster, options, listener=display)
+        result = execute(plan, listener=display)
     if json_:
-        print_json("provision", summary)
+        print_json("provision", result.to_dict())
     else:
-        render_summary(summary)
-    return summary["exit_code"]
+        render_summary(result)
+    return result.exit_code

@@ -9,10 +9,11 @@ from typing import Annotated
 
 import typer
 
-from kiln.burnin import judge_run, load_report, save_report
+from kiln.burnin import judge_run
 from kiln.console import err, out
 from kiln.errors import ExitCode, InvalidInputError
 from kiln.inventory import require_valid
+from kiln.records.burnin import load_report, save_report
 from kiln.report import render, render_table
 
 

@@ -12,6 +12,8 @@ from kiln.console import err, print_json
 from kiln.inventory import require_valid
 from kiln.plan.stages import select_stages
 
+ROTATE_EXTRAVARS = {"munge_rotate_key": True, "munge_cross_check": True}
+
 app = typer.Typer(help="Slurm maintenance on a provisioned cluster.", no_args_is_help=True)
 
 
@@ -28,21 +30,27 @@ def rotate_munge_key(
     fail to authenticate: rotate in a quiet moment. Asks first unless --yes (no terminal: pass
     --yes). Exit 0 rotated and proven everywhere; 1 a node failed (named); 2 invalid input.
     """
-    from kiln.slurmctl.munge import rotate_munge_key as rotate
+    from kiln.plan import PlanOptions, make_plan
+    from kiln.runner.execute import execute
 
     cluster = require_valid(inventory)
-    _confirm(cluster, select_stages("slurm"), yes, check=False)
+    stages = tuple(select_stages("slurm"))
+    _confirm(cluster, list(stages), yes, check=False)
+    # The munge role makes the key, copies it everywhere, restarts munge, then proves that a
+    # controller credential decodes on every node: the run's result is the report.
+    plan = make_plan(cluster, PlanOptions(stages=stages, extravars=ROTATE_EXTRAVARS))
     with LiveDisplay() as display:
-        summary = rotate(cluster, listener=display)
+        result = execute(plan, listener=display)
+    summary = {**result.to_dict(), "rotated": result.ok}
     if json_:
         print_json("slurm-rotate-munge-key", summary)
     else:
-        render_summary(summary)
-    if summary["rotated"]:
-        err.print(f"munge key rotated on {len(summary['hosts'])} host(s); a controller "
+        render_summary(result)
+    if result.ok:
+        err.print(f"munge key rotated on {len(result.hosts)} host(s); a controller "
                   "credential decodes on every node")  # fmt: skip
     else:
-        bad = summary["failed_hosts"] + summary["unreachable_hosts"]
+        bad = result.failed_hosts + result.unreachable_hosts
         err.print(f"[bold red]munge key rotation incomplete[/]: {', '.join(bad) or 'stopped'}; "
                   "re-run `kiln slurm rotate-munge-key` once they are fixed")  # fmt: skip
-    return summary["exit_code"]
+    return result.exit_code

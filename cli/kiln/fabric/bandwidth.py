@@ -12,7 +12,6 @@ judges.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kiln.parsers.ib_write_bw import IbWriteBwResult
@@ -104,35 +103,3 @@ def judge_rail(
         measurement.rail, measurement.client, measurement.server, hca,
         measured, floor, link_rate_gbps, measured >= floor, reason, measurement.peer_hca,
     )  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class BandwidthReport:
-    verdicts: tuple[RailVerdict, ...]
-
-    @property
-    def passed(self) -> bool:
-        return all(v.passed for v in self.verdicts)
-
-    def failed(self) -> list[RailVerdict]:
-        return [v for v in self.verdicts if not v.passed]
-
-    def suspects(self) -> dict[str, list[int]]:
-        """Host -> rails it failed on. A host failing with two different peers on one rail is
-        the likely culprit; one failure names both ends, and burn-in retests with new pairs."""
-        found: dict[str, list[int]] = {}
-        for v in self.failed():
-            for host in (v.client, v.server):
-                found.setdefault(host, [])
-                if v.rail not in found[host]:
-                    found[host].append(v.rail)
-        return found
-
-
-def judge_rails(
-    measurements: Iterable[RailMeasurement],
-    link_rate_gbps: float,
-    floor_pct: float | None = None,
-) -> BandwidthReport:
-    ordered = sorted(measurements, key=lambda m: (m.rail, m.client, m.server))
-    return BandwidthReport(tuple(judge_rail(m, link_rate_gbps, floor_pct) for m in ordered))

@@ -2,9 +2,9 @@
 
 A rail is declared by HCA name (mlx5_0), node GUID (0x946dae0300cde72c) or PCI address
 (0000:1a:00.0) in kiln_ib_hcas; it is never inferred from interface order. The node's side
-comes from `ibstat` (kiln.parsers.ibstat) or from sysfs, /sys/class/infiniband (what the
-infiniband role reads, through its filter plugin: `sysfs_observations`). Each problem names
-the rail, the HCA and why.
+comes from sysfs, /sys/class/infiniband (what the infiniband role reads, through its filter
+plugin: `sysfs_observations`, and what burn-in reads over SSH). Each problem names the rail,
+the HCA and why.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from kiln.parsers._common import norm_guid
-from kiln.parsers.ibstat import IbCa
 
 _GUID = re.compile(r"^(0x)?[0-9a-fA-F]{16}$")
 _PCI = re.compile(r"^([0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
@@ -81,21 +80,6 @@ def resolve(binding: str, hcas: Iterable[HcaView]) -> HcaView | None:
         if kind == "name" and hca.name == binding:
             return hca
     return None
-
-
-def from_ibstat(cas: Iterable[IbCa]) -> list[HcaView]:
-    return [
-        HcaView(
-            ca.name,
-            ca.node_guid,
-            None,
-            tuple(
-                PortView(p.number, p.state, p.physical_state, p.rate_gbps, p.link_layer)
-                for p in ca.ports
-            ),
-        )  # fmt: skip
-        for ca in cas
-    ]
 
 
 def _state(text: str | None) -> str | None:

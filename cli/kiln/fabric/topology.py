@@ -8,6 +8,11 @@ under the leaf of its CA whose description sorts first. Leaves left without host
 and so are the switches above that then have no children. Every upper switch lists the
 switches one level below it that it is cabled to: a fat tree gives a leaf several parents,
 which Slurm accepts (any two leaves then share an ancestor).
+
+fabric_topology() is the whole answer `kiln fabric topology` prints: topology.conf, where the
+fabric and the inventory disagree, and the links running below the declared rate. The Slurm
+stage renders topology.conf from the capture the inventory stores (topology_from_capture),
+which validation has already read and parsed onto the Cluster.
 """
 
 from __future__ import annotations
@@ -16,11 +21,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kiln.errors import InvalidInputError
+from kiln.fabric.bandwidth import LINE_RATE_GBPS
 from kiln.inventory import Cluster
-from kiln.parsers.ibnetdiscover import IbFabric, IbNode
+from kiln.parsers.ibnetdiscover import IbFabric, IbNode, parse_ibnetdiscover
 from kiln.render import MANAGED_HEADER, environment
 
 _TEMPLATE = Path(__file__).with_name("topology.conf.j2")
+_SPEEDS = {rate: name for name, rate in LINE_RATE_GBPS.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,3 +189,68 @@ def compare_with_inventory(
                 f"leaves: {parts}",
             ))  # fmt: skip
     return found
+
+
+@dataclass
+class TopologyResult:
+    source: str
+    conf: str
+    topology: FabricTopology
+    disagreements: list[Disagreement]
+    degraded_links: list[str] = field(default_factory=list)
+    unnamed_cas: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "source": self.source,
+            "levels": self.topology.levels,
+            "switches": [
+                {"name": s.name, "level": s.level, "guid": s.guid,
+                 "nodes": list(s.nodes), "switches": list(s.switches)}
+                for s in self.topology.switches
+            ],
+            "disagreements": [d.to_dict() for d in self.disagreements],
+            "degraded_links": self.degraded_links,
+            "unnamed_cas": self.unnamed_cas,
+            "topology_conf": self.conf,
+        }  # fmt: skip
+
+
+def fabric_topology(cluster: Cluster, fabric: IbFabric, source: str) -> TopologyResult:
+    rail0 = {n.name: n.ib_hcas[0] for n in cluster.nodes if n.ib_hcas}
+    # Slurm nodes only: slurmctld knows no controller or storage host in topology.conf.
+    compute = {n.name for n in cluster.compute}
+    seen = {ca.hostname for ca in fabric.cas() if ca.hostname}
+    topology = build_topology(fabric, rail0=rail0, only_hosts=compute)
+    full = build_topology(fabric, rail0=rail0)  # every host, for the comparison
+    disagreements = compare_with_inventory(full, cluster, seen)
+    rate = cluster.ib.link_rate_gbps
+    degraded = []
+    if rate in _SPEEDS:
+        for link in fabric.degraded_links("4x", _SPEEDS[rate]):
+            a, b = fabric.nodes[link.a_guid], fabric.nodes[link.b_guid]
+            degraded.append(
+                f"{a.description or a.guid} port {link.a_port} <-> "
+                f"{b.description or b.guid} port {link.b_port}: "
+                f"{link.width or '?'}{link.speed or '?'}, expected 4x{_SPEEDS[rate]}"
+            )
+    conf = render_topology_conf(topology, cluster.name, source)
+    return TopologyResult(source, conf, topology, disagreements, degraded, topology.unnamed_cas)
+
+
+def topology_from_text(cluster: Cluster, text: str, source: str) -> TopologyResult:
+    """From ibnetdiscover output (`kiln fabric topology`: a file, stdin or a node's answer)."""
+    return fabric_topology(cluster, parse_ibnetdiscover(text), source)
+
+
+def topology_from_capture(cluster: Cluster) -> TopologyResult:
+    """topology.conf for the Slurm stage when `kiln_slurm.topology` is fabric: from the capture
+    validation parsed onto the Cluster, never read again."""
+    return fabric_topology(cluster, cluster.fabric, cluster.slurm.ibnetdiscover_file or "")
+
+
+def read_source(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as error:
+        raise InvalidInputError(f"cannot read {path}: {error.strerror}") from error

@@ -15,7 +15,8 @@ from typing import Any
 
 from kiln.parsers import ParseError
 from kiln.parsers.dcgmi import parse_diag
-from kiln.parsers.nvidia_smi import Gpu, NvidiaSmiLog, NvlinkState, parse_nvlink_status, parse_xml
+from kiln.parsers.nvidia_smi import Gpu, NvidiaSmiLog, parse_xml
+from kiln.parsers.nvidia_smi_nvlink import NvlinkState, parse_nvlink_status
 
 
 def unpack(packed: str) -> str:

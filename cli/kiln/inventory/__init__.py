@@ -2,6 +2,10 @@
 
 result = load_cluster(path)      # every finding, and the Cluster when there are no errors
 cluster = require_valid(path)    # the Cluster, or InvalidInputError (exit 2)
+
+The steps, each its own module: sources (read the files as Ansible does) -> resolve (Ansible's
+variable precedence) -> values (type each written kiln_* value once) -> rules (every check, one
+small function each) -> build (the Cluster, only when no rule found an error).
 """
 
 from __future__ import annotations
@@ -11,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kiln.errors import InvalidInputError
-from kiln.inventory.build import ClusterBuilder
+from kiln.inventory.build import build_cluster
+from kiln.inventory.context import read_context
 from kiln.inventory.findings import Finding, FindingCollector, Level, Origin
 from kiln.inventory.model import Cluster, Node, Partition
-from kiln.inventory.resolve import resolve_hosts
-from kiln.inventory.sources import read_inventory
+from kiln.inventory.rules import check_inventory
 
 __all__ = [
     "Cluster",
@@ -58,15 +62,14 @@ def load_cluster(path: Path | str) -> LoadResult:
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        raw = read_inventory(path, collector)
-        if raw is not None:
-            hosts = resolve_hosts(raw, collector)
-            cluster = ClusterBuilder(raw, hosts, collector).build()
+        context = read_context(path, collector)
+        if context is not None:
+            check_inventory(context, collector)
+            if not collector.has_errors:
+                cluster = build_cluster(context)
     finally:
         if gc_was_enabled:
             gc.enable()
-    if collector.has_errors:
-        cluster = None
     return LoadResult(path=path, cluster=cluster, findings=collector.findings)
 
 

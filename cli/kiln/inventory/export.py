@@ -58,8 +58,8 @@ def _hoist(members: list[dict]) -> dict:
     return shared
 
 
-def export_inventory(cluster: Cluster, directory: Path, hosts: list[str] | None = None) -> Path:
-    """Write hosts.json for `hosts` (default: every node) into `directory`; returns its path.
+def render_inventory(cluster: Cluster, hosts: list[str] | None = None) -> str:
+    """hosts.json for `hosts` (default: every node).
 
     JSON, not YAML: Ansible reads it through the same YAML plugin, and both sides parse it
     several times faster at 12,500 hosts.
@@ -94,7 +94,12 @@ def export_inventory(cluster: Cluster, directory: Path, hosts: list[str] | None 
             "children": children,
         }
     }
+    return json.dumps(document, default=_json_default, indent=1) + "\n"
+
+
+def export_inventory(cluster: Cluster, directory: Path, hosts: list[str] | None = None) -> Path:
+    """Write render_inventory()'s hosts.json into `directory`; returns its path."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "hosts.json"
-    path.write_text(json.dumps(document, default=_json_default, indent=1) + "\n")
+    path.write_text(render_inventory(cluster, hosts))
     return path

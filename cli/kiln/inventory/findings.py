@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+
+from kiln.inventory.yamlfile import LocatedDict
 
 
 class Level(StrEnum):
@@ -27,6 +31,23 @@ class Origin:
                 path = self.file.relative_to(root)
         return f"{path}:{self.line}" if self.line else str(path)
 
+    def nested(self, value: object, loc: tuple) -> Origin:
+        """The line of a nested key inside the structured value written here (`loc`: the keys
+        and list indexes down to it, as pydantic reports them)."""
+        line = self.line
+        for part in loc:
+            if isinstance(value, LocatedDict) and part in value:
+                line = value.key_lines.get(part, line)
+                value = value[part]
+            elif isinstance(value, list) and isinstance(part, int) and part < len(value):
+                item = value[part]
+                if isinstance(item, LocatedDict):
+                    line = item.line
+                value = item
+            else:
+                break
+        return Origin(self.file, line) if line else self
+
 
 @dataclass(slots=True)
 class Finding:
@@ -47,6 +68,12 @@ class Finding:
             "hint": self.hint,
             "hosts": self.hosts,
         }
+
+
+def suggest(word: str, candidates: Iterable[str]) -> str | None:
+    """A "did you mean" hint for a name that is not among `candidates`."""
+    matches = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f"did you mean '{matches[0]}'?" if matches else None
 
 
 class FindingCollector:

@@ -12,10 +12,6 @@ class HostRangeError(ValueError):
     pass
 
 
-def has_range(pattern: str) -> bool:
-    return _RANGE.match(pattern) is not None
-
-
 def expand_host_range(pattern: str) -> list[str]:
     """Expand every `[begin:end(:step)]` in a host pattern as Ansible does."""
     match = _RANGE.match(pattern)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, InstanceOf
 
 from kiln.inventory.schema import BurninSpec, IbSpec, PowerSpec, RolloutSpec, SlurmSpec
+from kiln.parsers.ibnetdiscover import IbFabric
 from kiln.profiles import HardwareProfile, Versions, get_profile
 
 
@@ -67,6 +68,9 @@ class Cluster(BaseModel):
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     slurm: SlurmSpec = Field(default_factory=SlurmSpec)
     ib: IbSpec = Field(default_factory=IbSpec)
+    # The stored capture of kiln_slurm.topology: fabric, parsed once while validating;
+    # topology.conf is rendered from it (kiln.fabric.topology.topology_from_capture).
+    fabric: InstanceOf[IbFabric] | None = Field(default=None, repr=False, exclude=True)
 
     @cached_property
     def _by_name(self) -> dict[str, Node]:

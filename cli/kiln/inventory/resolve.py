@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kiln.inventory.findings import FindingCollector
-from kiln.inventory.sources import Located, RawInventory
+from kiln.inventory.raw import Located, RawInventory
 
 
 @dataclass(slots=True)

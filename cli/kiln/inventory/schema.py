@@ -13,10 +13,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kiln.inventory.batches import BATCH_SIZE
+
 # Values that reach a shell command or a config file line: no spaces, quotes or
 # metacharacters (; | & $ ` ( ) < > \ * ? and newlines).
 SAFE_TOKEN = re.compile(r"^[A-Za-z0-9._:/@%+,=-]+$")
-BATCH_SIZE = re.compile(r"^([1-9][0-9]*|([1-9][0-9]?|100)%)$")
 SLURM_TIME = re.compile(r"^(INFINITE|UNLIMITED|\d+|\d+:\d{2}(:\d{2})?|\d+-\d+(:\d{2}){0,2})$")
 
 

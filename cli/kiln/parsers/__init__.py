@@ -1,8 +1,9 @@
 """Parsers for the text that real GPU-server tools print.
 
-One module per tool (nvidia_smi, ibstat, ibnetdiscover, ib_write_bw, perfquery, nccl_tests,
-dcgmi, ipmitool, slurm). Each takes the tool's output as a string, returns typed, frozen
-dataclasses and raises `ParseError` (naming the tool and the line) on input it cannot read.
+One module per tool (nvidia_smi, with nvidia_smi_query and nvidia_smi_nvlink for its other
+outputs; ibstat, ibnetdiscover, ib_write_bw, perfquery, nccl_tests, dcgmi, ipmitool, slurm).
+Each takes the tool's output as a string, returns typed, frozen dataclasses and raises
+`ParseError` (naming the tool and the line) on input it cannot read.
 Parsers never run the tool: the caller gathers the output (over Ansible, from a run record or
 from a file) and hands it in.
 """

@@ -28,10 +28,6 @@ class SdrSensor:
     entity: str | None = None  # elist only ("7.1")
 
     @property
-    def is_ok(self) -> bool:
-        return self.status == "ok"
-
-    @property
     def is_critical(self) -> bool:
         return self.status in ("cr", "nr")
 

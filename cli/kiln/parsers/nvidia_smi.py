@@ -1,4 +1,4 @@
-"""`nvidia-smi -q -x` (XML), `nvidia-smi --query-gpu=... --format=csv` and `nvidia-smi nvlink -s`.
+"""`nvidia-smi -q -x` (XML).
 
 The XML schema changed over driver branches (nvsmi_device_v10..v12 and later): clock "throttle"
 reasons became "event" reasons, `power_readings` became `gpu_power_readings` (and lost
@@ -8,24 +8,19 @@ This parser reads all of those spellings into one model. Placeholders ("N/A", "[
 
 Per-link NVLink state is not part of `nvidia-smi -q -x`; what the XML carries is the NVSwitch
 fabric registration (`<fabric><state>`/`<status>`), which is read into `Gpu.fabric_state`. The
-links themselves come from `nvidia-smi nvlink --status` (`-s`), read by `parse_nvlink_status`.
+links themselves come from `nvidia-smi nvlink --status` (`-s`), read by
+`kiln.parsers.nvidia_smi_nvlink`; `--query-gpu` CSV is read by `kiln.parsers.nvidia_smi_query`.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import re
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kiln.parsers import ParseError
 from kiln.parsers._common import clean, flag, integer, number
 
 TOOL_XML = "nvidia-smi -q -x"
-TOOL_CSV = "nvidia-smi --query-gpu"
-TOOL_NVLINK = "nvidia-smi nvlink --status"
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,161 +336,3 @@ def parse_xml(text: str) -> NvidiaSmiLog:
         attached_gpus=integer(_text(root, "attached_gpus")),
         gpus=gpus,
     )
-
-
-# --- --query-gpu CSV -------------------------------------------------------------------------
-
-_HEADER_CELL = re.compile(r"^[A-Za-z_][\w.]*(?: \[[^\]]+\])?$")
-_HEADER_UNIT = re.compile(r"^(?P<name>.+?)\s*\[(?P<unit>[^\]]+)\]$")
-
-
-@dataclass(frozen=True, slots=True)
-class QueryGpuRow:
-    """One GPU's row. Field names are the --query-gpu names ("power.limit"), units stripped.
-
-    `values` maps a field to its text (None for "[N/A]", "[Not Supported]", empty and the like);
-    `units` maps a field to the unit its header named ("W", "MiB", "MHz", "%").
-    """
-
-    line_no: int
-    values: dict[str, str | None]
-    units: dict[str, str] = field(default_factory=dict)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.values
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.values)
-
-    def get_text(self, name: str) -> str | None:
-        return self.values[name]
-
-    def get_float(self, name: str) -> float | None:
-        """ "700.00" -> 700.0; KeyError when the field was not queried."""
-        return number(self.values[name])
-
-    def get_int(self, name: str) -> int | None:
-        """ "81559" or "0x0000000000000001" -> int; KeyError when the field was not queried."""
-        return integer(self.values[name])
-
-    def get_flag(self, name: str) -> bool | None:
-        """Enabled/Active/Yes -> True, Disabled/Not Active/No -> False."""
-        return flag(self.values[name])
-
-
-def _strip_unit(value: str, unit: str | None) -> str | None:
-    text = clean(value)
-    if text is None:
-        return None
-    if unit and text.endswith(unit):
-        text = text[: -len(unit)].rstrip()
-    return text
-
-
-def parse_query_gpu_csv(text: str, fields: Sequence[str] | None = None) -> list[QueryGpuRow]:
-    """Parse `nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]`.
-
-    With a header line the columns come from it; for `noheader` output pass `fields` (the names
-    given to --query-gpu, in order).
-    """
-    reader = csv.reader(io.StringIO(text), skipinitialspace=True)
-    rows = [(n, r) for n, r in enumerate(reader, start=1) if any(c.strip() for c in r)]
-    if fields is None:
-        if not rows:
-            raise ParseError(TOOL_CSV, "no header line")
-        header_no, header = rows.pop(0)
-        if not all(_HEADER_CELL.match(cell.strip()) for cell in header):
-            raise ParseError(TOOL_CSV, "first line is not a --query-gpu header", line_no=header_no)
-        names: list[str] = []
-        units: dict[str, str] = {}
-        for column in header:
-            match = _HEADER_UNIT.match(column.strip())
-            name = match.group("name") if match else column.strip()
-            if match:
-                units[name] = match.group("unit")
-            names.append(name)
-    else:
-        names, units = [f.strip() for f in fields], {}
-    lines = text.splitlines()
-    result: list[QueryGpuRow] = []
-    for line_no, row in rows:
-        if len(row) != len(names):
-            raise ParseError(
-                TOOL_CSV,
-                f"{len(row)} columns where the header has {len(names)}",
-                line_no=line_no,
-                line=lines[line_no - 1] if line_no <= len(lines) else None,
-            )
-        values = {
-            name: _strip_unit(value, units.get(name))
-            for name, value in zip(names, row, strict=True)
-        }
-        result.append(QueryGpuRow(line_no=line_no, values=values, units=dict(units)))
-    return result
-
-
-# --- nvlink --status ---------------------------------------------------------------------------
-
-_NVLINK_GPU = re.compile(r"^GPU (?P<index>\d+): .*$")
-_NVLINK_LINK = re.compile(
-    r"^\s+Link (?P<link>\d+): (?:(?P<inactive><inactive>)|(?P<speed>\d+(?:\.\d+)?) GB/s)\s*$"
-)
-# nvidia-smi's sentence for a GPU whose links are all inactive ("Unable to retrieve NVLink
-# information as all links are inActive").
-_NVLINK_NONE = "unable to retrieve nvlink information"
-
-
-@dataclass(frozen=True, slots=True)
-class NvlinkState:
-    """One NVLink of one GPU. `speed_gbs` is the per-link rate nvidia-smi prints (GB/s, one
-    direction: 25.781 on V100, 26.562 on H100); None for a link shown as `<inactive>`."""
-
-    link: int
-    active: bool
-    speed_gbs: float | None
-
-
-def parse_nvlink_status(text: str) -> dict[int, list[NvlinkState]]:
-    """Parse `nvidia-smi nvlink --status` (`-s`): GPU index -> its links, in the order printed.
-
-    GPU 0: NVIDIA H100 PCIe (UUID: GPU-6968dfc2-...)
-    <TAB> Link 0: 26.562 GB/s
-    <TAB> Link 4: <inactive>
-
-    A GPU missing from the output has no key (the recorded bad V100 node lists GPUs 0-6 of 8),
-    so compare the keys with the GPUs you expect. A GPU for which nvidia-smi says it cannot
-    retrieve NVLink information has an empty list. Inactive links are not always a fault: a
-    PCIe card with NVLink bridges uses only 12 of its 18 links.
-    """
-    result: dict[int, list[NvlinkState]] = {}
-    links: list[NvlinkState] | None = None
-    for line_no, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        gpu = _NVLINK_GPU.match(line)
-        if gpu:
-            index = int(gpu.group("index"))
-            if index in result:
-                raise ParseError(
-                    TOOL_NVLINK, f"GPU {index} listed twice", line_no=line_no, line=line
-                )
-            links = result[index] = []
-            continue
-        link = _NVLINK_LINK.match(line)
-        if link and links is not None:
-            speed = link.group("speed")
-            links.append(
-                NvlinkState(
-                    link=int(link.group("link")),
-                    active=speed is not None,
-                    speed_gbs=float(speed) if speed is not None else None,
-                )
-            )
-            continue
-        if links is not None and _NVLINK_NONE in line.lower():
-            continue
-        where = "before any 'GPU n:' line" if links is None else "not a link line"
-        raise ParseError(TOOL_NVLINK, where, line_no=line_no, line=line)
-    if not result:
-        raise ParseError(TOOL_NVLINK, "no 'GPU n:' line")
-    return result

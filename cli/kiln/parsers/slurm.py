@@ -3,7 +3,8 @@
 `scontrol show node` prints one block per node of `Key=Value` pairs, several per line. Values
 never contain "=" followed by a key, except the free-text keys Slurm prints alone on their line
 (OS, Reason, Comment, Extra), which take the rest of the line. A drain reason carries who set it
-and when: `Reason=memory issues? [root@2019-01-29T10:42:12]`.
+and when: `Reason=memory issues? [root@2019-01-29T10:42:12]`. Which reasons are kiln's own:
+kiln.parsers.drain_reason.
 """
 
 from __future__ import annotations
@@ -71,10 +72,6 @@ class NodeReason:
     text: str
     user: str | None
     time: str | None  # as printed, e.g. "2019-01-29T10:42:12"
-
-    @property
-    def set_by_kiln(self) -> bool:
-        return self.text.startswith("kiln:")
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,8 @@ The core never prints. `gpu` turns `nvidia-smi --query-gpu` into per-GPU state, 
 nvidia-smi commands that bring a GPU to the policy (only what differs) and checks the read-back;
 `bmc` recognises a board from its BMC's own `mc info` / `fru print` and hands out the vendor's
 fan-profile commands, refusing boards it does not know; `sensors` judges `ipmitool sdr` readings
-against thresholds; `show` gathers the fleet's current state for `kiln power show`. The power
-role calls the same functions through its filter plugin.
+against thresholds; `show` reads the nodes' answers for `kiln power show` (kiln.survey.power
+sends the query). The power role calls the same functions through its filter plugin.
 """
 
 from __future__ import annotations

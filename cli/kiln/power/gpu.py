@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from kiln.parsers.nvidia_smi import QueryGpuRow, parse_query_gpu_csv
+from kiln.parsers.nvidia_smi_query import QueryGpuRow, parse_query_gpu_csv
 
 NVIDIA_SMI = "nvidia-smi"
 

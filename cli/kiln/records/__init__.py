@@ -2,7 +2,8 @@
 
 - `runs`: the state dir ($KILN_HOME or ./.kiln), run ids, a run's record (summary, events,
   facts), which hosts earlier runs provisioned or left failed;
-- `lock`: one provision at a time per inventory, with stale-lock detection.
+- `lock`: one provision at a time per inventory, with stale-lock detection;
+- `burnin`: a burn-in's run record (its results, the manifest, report.json), read and written.
 
 Import the submodules directly; this file imports nothing so `kiln --help` stays fast.
 """

@@ -101,9 +101,6 @@ class RunRecord:
     def write_facts(self, facts: dict[str, Any]) -> None:
         _write_atomic(self.facts_path, json.dumps(facts, indent=2, sort_keys=True) + "\n")
 
-    def read_summary(self) -> dict[str, Any]:
-        return json.loads(self.summary_path.read_text())
-
     def read_facts(self) -> dict[str, Any]:
         return json.loads(self.facts_path.read_text()) if self.facts_path.is_file() else {}
 

@@ -12,7 +12,7 @@ import json
 
 from rich.console import Console
 
-from kiln.burnin.model import BurninReport
+from kiln.judging.model import BurninReport
 from kiln.report.html import render_html
 from kiln.report.junit import render_junit
 from kiln.report.table import render_table

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from html import escape
 
-from kiln.burnin.model import BurninReport
-from kiln.burnin.verdicts import num
+from kiln.judging.model import BurninReport
+from kiln.judging.verdicts import num
 from kiln.report.svg import heat_map, line_plot, strip_plot
 
 MAX_POINTS = 5000  # passing GPUs drawn in the strip plot

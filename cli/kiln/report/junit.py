@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from kiln.burnin.model import BurninReport
-from kiln.burnin.verdicts import Verdict, num
+from kiln.judging.model import BurninReport
+from kiln.judging.verdicts import Verdict, num
 
 
 def _details(verdict: Verdict, gpus: list[Verdict]) -> str:

@@ -7,8 +7,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from kiln.burnin.model import BurninReport
-from kiln.burnin.verdicts import num
+from kiln.judging.model import BurninReport
+from kiln.judging.verdicts import num
 
 STYLE = {"critical": "bold red", "warning": "yellow", "info": "green"}
 MAX_PASSING = 60  # passing verdicts listed one by one; more are only counted

@@ -33,16 +33,21 @@ SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=60s"
 # payloads kiln's recorder never reads (see the module's docstring).
 CALLBACK_DIR = Path(__file__).resolve().parent / "callback"
 # kiln's strategies: Ansible's linear (or mitogen's) with one forked worker per slot per task
-# instead of one per host-task (kiln.runner.batching). Plugin shims beside the playbooks, so a
+# instead of one per host-task (kiln.strategy.batching). Plugin shims beside the playbooks, so a
 # worker controller finds them in the project it is sent.
 STRATEGY_DIR = PLAYBOOKS_DIR / "strategy_plugins"
+# The directory holding the kiln package this process runs. ansible-playbook gets it first on
+# PYTHONPATH, so the filter and strategy plugins import this same kiln, never another copy
+# installed beside Ansible.
+KILN_SOURCE = Path(__file__).resolve().parents[2]
 # Settings that only make sense on this controller: a worker controller's ansible-runner keeps its
-# own strategy and callback.
+# own strategy, callback and installed kiln.
 LOCAL_ONLY = (
     "ANSIBLE_STRATEGY",
     "ANSIBLE_STRATEGY_PLUGINS",
     "AWX_LIB_DIRECTORY",
     "KILN_RUNNER_CALLBACK",
+    "PYTHONPATH",
 )
 
 
@@ -140,6 +145,7 @@ def ansible_settings(request: PlaybookRequest) -> dict[str, str]:
         # ansible-runner loads its stdout callback from here: one event per host-task, not two.
         "AWX_LIB_DIRECTORY": str(CALLBACK_DIR),
         "KILN_RUNNER_CALLBACK": str(runner_callback()),
+        "PYTHONPATH": str(KILN_SOURCE),
         **strategy_settings(),
         **request.envvars,
     }
@@ -206,7 +212,8 @@ def _restrict_env(runner_env: dict[str, str], environ: dict[str, str]) -> dict[s
     """ansible-runner seeds the job's env with os.environ; keep only the allow-list plus what
     ansible-runner and kiln set themselves (anything that differs from kiln's environment)."""
     added = {key: value for key, value in runner_env.items() if environ.get(key) != value}
-    return {**allowed_environment(environ), **added}
+    # Kept even when kiln's own environment already has the same PYTHONPATH.
+    return {**allowed_environment(environ), **added, "PYTHONPATH": str(KILN_SOURCE)}
 
 
 def _prepare_dirs(request: PlaybookRequest) -> None:
@@ -266,7 +273,7 @@ def streamed_kwargs(request: PlaybookRequest, remote_dir: str) -> dict[str, Any]
     unpacks them under `remote_dir`. kiln's callback stays off (the worker's ansible-runner uses
     its own) and so does mitogen; kiln's batched workers run over Ansible's linear strategy
     (kiln_linear, sent in the project's strategy_plugins/; the worker's kiln has
-    kiln.runner.batching) unless KILN_BATCH_WORKERS=0.
+    kiln.strategy.batching) unless KILN_BATCH_WORKERS=0.
     """
     pdd = request.private_data_dir
     project = _ship(request.playbook.parent, pdd, "project")

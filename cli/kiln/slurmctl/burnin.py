@@ -1,6 +1,6 @@
 """The last burn-in verdict of each node, from the report.json files in kiln's run records.
 
-Burn-in runs store their judged report as `report.json` (kiln.burnin.save_report) in a run
+Burn-in runs store their judged report as `report.json` (kiln.records.burnin) in a run
 directory under the state dir ($KILN_HOME or ./.kiln): `runs/<id>/report.json`,
 `runs/<id>/burnin/report.json` or `burnin/<id>/report.json`. The newest report that judged a
 node gives its verdict; a node no report judged is "unknown".
@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kiln.burnin import BurninReport, load_report
 from kiln.errors import KilnError
+from kiln.judging import BurninReport
+from kiln.records.burnin import load_report
 from kiln.records.runs import state_dir
 
 PATTERNS = ("runs/*/report.json", "runs/*/burnin/report.json", "burnin/*/report.json")

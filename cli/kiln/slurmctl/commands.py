@@ -1,7 +1,9 @@
 """The command lines kiln runs on the Slurm controller, built with shlex.quote.
 
-Every value that reaches a remote shell goes through `shlex.quote`, so a drain reason holding
-quotes, semicolons or `$(...)` arrives at scontrol as one argument and is never interpreted.
+Every Slurm command kiln issues is built here: sinfo and `scontrol show node` (node state),
+drain and resume, burn-in's reservations, sbatch, squeue and scancel. Every value that reaches
+a remote shell goes through `shlex.quote`, so a drain reason holding quotes, semicolons or
+`$(...)` arrives at scontrol as one argument and is never interpreted.
 Text that cannot be stored as a one-line Slurm reason (newlines, control characters, too long)
 is refused before anything is run.
 """
@@ -9,22 +11,20 @@ is refused before anything is run.
 from __future__ import annotations
 
 import getpass
-import re
 import shlex
 import unicodedata
 from collections.abc import Iterable, Sequence
 
 from kiln.errors import InvalidInputError
+from kiln.parsers.drain_reason import operator_reason, safe_user
 from kiln.render.hostlist import compress
 
-KILN_PREFIX = "kiln:"
 REASON_TEXT_MAX = 100  # characters of the operator's text; `sinfo -R` and people read these
 # sinfo columns, aggregated: nodes with equal values share one line and a hostlist, so
 # 12,500 idle nodes are one line. The reason goes last: it may hold "|".
 SINFO_FIELDS = ("node", "state", "gres", "user", "time", "reason")
 SINFO_FORMAT = "%N|%T|%G|%u|%H|%E"
 STEP_MARK = "@@kiln-step"
-_USER = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def check_reason(text: str) -> str:
@@ -52,12 +52,12 @@ def local_user() -> str:
         name = getpass.getuser()
     except (KeyError, OSError):
         name = "unknown"
-    return _USER.sub("_", name)[:32] or "unknown"
+    return safe_user(name)[:32] or "unknown"
 
 
 def kiln_reason(text: str, user: str | None = None) -> str:
-    """The reason kiln stores: `kiln: TEXT (by USER)`. The `kiln:` prefix marks kiln's drains."""
-    return f"{KILN_PREFIX} {check_reason(text)} (by {_USER.sub('_', user or local_user())})"
+    """The reason `kiln drain` stores: `kiln: TEXT (by USER)` (kiln.parsers.drain_reason)."""
+    return operator_reason(check_reason(text), user or local_user())
 
 
 def nodelist(names: Iterable[str]) -> str:
@@ -73,8 +73,8 @@ def sinfo(names: Sequence[str] | None = None) -> list[str]:
     return argv + (["--nodes", nodelist(names)] if names else [])
 
 
-def show_node(name: str) -> list[str]:
-    return ["scontrol", "show", "node", name]
+def show_nodes(names: Sequence[str]) -> list[str]:
+    return ["scontrol", "show", "node", nodelist(names)]
 
 
 def drain(names: Sequence[str], reason: str) -> list[str]:
@@ -84,6 +84,45 @@ def drain(names: Sequence[str], reason: str) -> list[str]:
 
 def resume(names: Sequence[str]) -> list[str]:
     return ["scontrol", "update", f"nodename={nodelist(names)}", "state=resume"]
+
+
+def create_reservation(name: str, names: Sequence[str], minutes: int) -> list[str]:
+    """A maintenance reservation for root: no other job starts on the nodes while it exists,
+    jobs already running are left alone (ignore_jobs)."""
+    return [
+        "scontrol", "create", "reservation", f"reservationname={name}", "starttime=now",
+        f"duration={minutes}", "users=root", "flags=maint,ignore_jobs",
+        f"nodes={nodelist(names)}",
+    ]  # fmt: skip
+
+
+def delete_reservation(name: str) -> list[str]:
+    return ["scontrol", "delete", f"reservationname={name}"]
+
+
+def squeue(job_ids: Sequence[str]) -> list[str]:
+    """Jobs still known to slurmctld, one `id|state|reason` line per job (array tasks too)."""
+    return ["squeue", "--noheader", "--array", f"--jobs={','.join(job_ids)}", "--format=%i|%T|%r"]
+
+
+def scancel(job_ids: Sequence[str]) -> list[str]:
+    return ["scancel", *job_ids]
+
+
+def sbatch(script: str) -> str:
+    """Submit a job script from a here-document; prints the job id (--parsable). Shell text,
+    not argv: the script travels on sbatch's stdin, so it runs alone (Controller.submit)."""
+    marker = "KILN_BURNIN_JOB"
+    while marker in script:
+        marker += "_"
+    return f"sbatch --parsable <<'{marker}'\n{script}{marker}\n"
+
+
+def job_id(output: str) -> str | None:
+    """The job id `sbatch --parsable` printed ("17" or "17;cluster"); None when there is none."""
+    lines = output.strip().splitlines()
+    found = lines[-1].split(";")[0].strip() if lines else ""
+    return found if found.isdigit() else None
 
 
 def script(steps: Sequence[Sequence[str]]) -> str:

@@ -201,7 +201,7 @@ def inspect_node(
     """Probe `node`, ask the controller about it and compare both with the inventory."""
     answer = runner([node], PROBE, fanout=1, timeout=timeout).results[0]
     ctl = Controller(cluster, runner=runner, timeout=timeout)
-    (step,) = ctl.run([commands.show_node(node.name)], check=False)
+    (step,) = ctl.run([commands.show_nodes([node.name])], check=False)
     slurm = None
     if step.exit_code == 0 and step.stdout.strip():
         slurm = from_scontrol(parse_scontrol_nodes(step.stdout)[0])

@@ -3,7 +3,10 @@
 `Controller.run(steps)` joins argv lists into one framed script (commands.script), runs it on
 the inventory's first controller with the inventory's SSH settings (host key checking on) and
 returns each step's exit code and stdout. An unreachable controller, or a step that fails, is an
-OperationFailed naming the controller and the command.
+OperationFailed naming the controller and the command. `nodes()` and `show(names)` are the
+reading of node state (kiln.slurmctl.state); `submit(script)` is sbatch. With `root` (burn-in
+creates reservations and submits as root) the script runs through `sudo -n` unless the SSH user
+is root already.
 """
 
 from __future__ import annotations
@@ -13,10 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kiln.errors import OperationFailed
-from kiln.fleet import ExecResult, run_command
+from kiln.fleet import ExecResult, NodeResult, Status, run_command
 from kiln.inventory import Cluster, Node
+from kiln.parsers.slurm import parse_scontrol_nodes
 from kiln.slurmctl import commands
-from kiln.slurmctl.state import NodeState, from_sinfo
+from kiln.slurmctl.state import NodeState, from_scontrol, from_sinfo
 
 Runner = Callable[..., ExecResult]  # kiln.fleet.run_command's signature
 DEFAULT_TIMEOUT = 60.0
@@ -36,22 +40,40 @@ def controller_of(cluster: Cluster) -> Node:
     return controllers[0]
 
 
+def as_root(node: Node, command: str) -> str:
+    """`command` as root on `node`: itself when kiln logs in as root, else through `sudo -n`."""
+    user = str(node.hostvars.get("ansible_user") or node.hostvars.get("ansible_ssh_user") or "")
+    if user == "root":
+        return command
+    return f"sudo -n sh -c {shlex.quote(command)}"
+
+
 class Controller:
     def __init__(
-        self, cluster: Cluster, *, runner: Runner = run_command, timeout: float = DEFAULT_TIMEOUT
+        self,
+        cluster: Cluster,
+        *,
+        runner: Runner = run_command,
+        timeout: float = DEFAULT_TIMEOUT,
+        root: bool = False,
     ) -> None:
         self.node = controller_of(cluster)
         self.runner = runner
         self.timeout = timeout
+        self.root = root
 
     @property
     def name(self) -> str:
         return self.node.name
 
+    def _exec(self, text: str) -> NodeResult:
+        command = as_root(self.node, text) if self.root else text
+        return self.runner([self.node], command, fanout=1, timeout=self.timeout).results[0]
+
     def run(self, steps: Sequence[Sequence[str]], *, check: bool = True) -> list[Step]:
-        """Run the steps in order in one SSH exec; with `check`, a failing step raises."""
-        result = self.runner([self.node], commands.script(steps), fanout=1, timeout=self.timeout)
-        answer = result.results[0]
+        """Run the steps in order in one SSH exec; with `check`, a failing step raises. An
+        unreachable controller raises either way."""
+        answer = self._exec(commands.script(steps))
         if answer.exit_code is None:  # unreachable, host key, timeout
             why = answer.error or str(answer.status)
             raise OperationFailed(f"Slurm controller {self.name}: {answer.status}: {why}")
@@ -70,3 +92,21 @@ class Controller:
         """Every node Slurm knows, by name."""
         (step,) = self.run([commands.sinfo()])
         return from_sinfo(step.stdout)
+
+    def show(self, names: Sequence[str]) -> dict[str, NodeState]:
+        """These nodes as `scontrol show node` shows them, by name (names Slurm does not know
+        are left out); ParseError when the answer cannot be read."""
+        (step,) = self.run([commands.show_nodes(names)])
+        return {node.name: from_scontrol(node) for node in parse_scontrol_nodes(step.stdout)}
+
+    def submit(self, script: str, what: str) -> str:
+        """sbatch the job script; its job id. `what` names the job in errors."""
+        answer = self._exec(commands.sbatch(script))
+        if answer.status is not Status.OK:
+            detail = (answer.stderr or answer.stdout or answer.error or "").strip()
+            raise OperationFailed(f"sbatch of {what} on {self.name}: {answer.status}: {detail}")
+        job = commands.job_id(answer.stdout)
+        if job is None:
+            lines = answer.stdout.strip().splitlines()
+            raise OperationFailed(f"sbatch of {what} printed no job id: {lines!r}")
+        return job

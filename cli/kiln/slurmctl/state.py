@@ -7,18 +7,17 @@ Nodes sharing every value share one line, so the answer stays small on a large c
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from kiln.parsers import ParseError
+from kiln.parsers.drain_reason import is_kiln_reason, reason_operator
 from kiln.parsers.slurm import SlurmNode, gpu_count, parse_gres, parse_sinfo
 from kiln.render.hostlist import HostlistError, expand
-from kiln.slurmctl.commands import KILN_PREFIX, SINFO_FIELDS
+from kiln.slurmctl.commands import SINFO_FIELDS
 
 _NOT_SET = {"", "none", "unknown", "(null)", "n/a"}
 _SUFFIXES = "*~#!%$@^-"
 _DRAIN = {"drain", "drained", "draining"}
-_KILN_BY = re.compile(r"\(by (?P<user>[A-Za-z0-9._-]+)\)\s*$")
 
 
 def _value(text: str | None) -> str | None:
@@ -51,13 +50,13 @@ class NodeState:
 
     @property
     def drained_by_kiln(self) -> bool:
-        return self.drained and (self.reason or "").startswith(KILN_PREFIX)
+        return self.drained and is_kiln_reason(self.reason)
 
     @property
     def drained_by(self) -> str | None:
         """Who drained it: the operator kiln recorded in its reason, else Slurm's user."""
-        match = _KILN_BY.search(self.reason or "") if self.drained_by_kiln else None
-        return match["user"] if match else self.reason_user
+        operator = reason_operator(self.reason) if self.drained_by_kiln else None
+        return operator or self.reason_user
 
     @property
     def gpus(self) -> int:

@@ -1,6 +1,6 @@
 """Judging: burn-in results + the Cluster -> a BurninReport of verdicts.
 
-Rules (thresholds from `kiln.burnin.thresholds`: profile floors, `kiln_burnin` overrides):
+Rules (thresholds from `kiln.judging.thresholds`: profile floors, `kiln_burnin` overrides):
   result / gpu_count   a missing or unreadable result, or fewer devices than declared: critical
   checksum             the gemm's numbers disagree with its FP64 reference: critical (SDC)
   gemm_floor           a GPU below the absolute floor of its profile
@@ -11,8 +11,8 @@ Rules (thresholds from `kiln.burnin.thresholds`: profile floors, `kiln_burnin` o
                        the nodes of its profile. The mean, not the slowest GPU: one slow GPU is
                        already caught by the per-GPU rules; this rule is for nodes slow as a
                        whole (power or cooling limits, clocks, PCIe), which the mean shows.
-  allreduce_*          see kiln.burnin.rules_allreduce and kiln.burnin.pairs.
-  ib_*                 see kiln.burnin.rules_ib (HCAs, ib_write_bw per rail, error counters).
+  allreduce_*          see kiln.judging.rules_allreduce and kiln.judging.pairs.
+  ib_*                 see kiln.judging.rules_ib (HCAs, ib_write_bw per rail, error counters).
 Each node gets one verdict per check (its worst GPU's figure); failing GPUs get their own. The
 work is one pass over the GPUs plus a median per profile: linear in the fleet.
 """
@@ -22,17 +22,17 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterable, Mapping
 
-from kiln.burnin._rules import DRAIN, LOOK, C
-from kiln.burnin._rules import node_verdict as _node
-from kiln.burnin.ib import IbRun
-from kiln.burnin.model import BurninReport
-from kiln.burnin.results import AllreduceResult, GemmResult, NoResult
-from kiln.burnin.rules_allreduce import judge_allreduce
-from kiln.burnin.rules_gemm import FAILING_THROTTLE, HARDWARE_THROTTLE, judge_fleet, judge_gemm
-from kiln.burnin.rules_ib import judge_ib
-from kiln.burnin.thresholds import Floors, floors_for
-from kiln.burnin.verdicts import Verdict
 from kiln.inventory.model import Cluster
+from kiln.judging._rules import DRAIN, LOOK, C
+from kiln.judging._rules import node_verdict as _node
+from kiln.judging.ib import IbRun
+from kiln.judging.model import BurninReport
+from kiln.judging.results import AllreduceResult, GemmResult, NoResult
+from kiln.judging.rules_allreduce import judge_allreduce
+from kiln.judging.rules_gemm import FAILING_THROTTLE, HARDWARE_THROTTLE, judge_fleet, judge_gemm
+from kiln.judging.rules_ib import judge_ib
+from kiln.judging.thresholds import Floors, floors_for
+from kiln.judging.verdicts import Verdict
 from kiln.profiles import get_profile
 
 __all__ = ["FAILING_THROTTLE", "HARDWARE_THROTTLE", "judge"]

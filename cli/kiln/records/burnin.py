@@ -1,4 +1,4 @@
-"""The run record of a burn-in: where results land, and `judge_run` over it.
+"""The run record of a burn-in: where results land, how they are read back, the stored report.
 
     <run>/run.json              manifest, written at submission: run id, suite, cluster, the
                                 nodes and jobs that were submitted (so a missing file is a
@@ -7,27 +7,31 @@
     <run>/allreduce/<job>.json  stdout of workloads/allreduce.py, rank 0 (node-<n>, fabric-ring,
                                 pair-r<k>-<a>--<b>, ...)
     <run>/nccl/<job>.txt|.json  nccl-tests all_reduce_perf output, text or its JSON file
-    <run>/ib/...                InfiniBand: sysfs dumps before/after, ib_write_bw reports per
-                                pair and rail (kiln.burnin.ib)
+    <run>/ib/sysfs-before|after/<node>.txt   InfiniBand: each HCA node's sysfs dump around
+                                the jobs; <run>/ib/<pair>-rail<k>.txt the client's ib_write_bw
+                                report (the manifest's "ib" entry: manifest_entry)
     <run>/report.json           the judged BurninReport (save_report); `kiln report` renders it
 
-The Slurm stage submits the jobs with their stdout pointed at these paths (RunLayout), then
-calls `judge_run` and `save_report`, and drains `report.drain()`. The gemm file is named by the
-inventory name of its node: that, not the hostname inside the document, is authoritative.
+The campaign (kiln.burnin) submits the jobs with their results pointed at these paths
+(RunLayout), brings them home, judges `load_run` (kiln.burnin.judge_run: kiln.judging over this
+record), saves the report and drains `report.drain()`. The gemm file is named by the inventory
+name of its node: that, not the hostname inside the document, is authoritative. Reading and
+writing files is all this module does; judging is kiln.judging's.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kiln.burnin import ib as IB
-from kiln.burnin.analysis import judge
-from kiln.burnin.model import BurninReport
-from kiln.burnin.results import (
+from kiln.errors import InvalidInputError
+from kiln.judging.ib import PORT, IbPair, IbRun
+from kiln.judging.model import BurninReport
+from kiln.judging.results import (
     NO_RESULT,
     AllreduceResult,
     GemmResult,
@@ -37,9 +41,8 @@ from kiln.burnin.results import (
     allreduce_from_nccl,
     gemm_from_doc,
 )
-from kiln.errors import InvalidInputError
-from kiln.inventory.model import Cluster
 from kiln.parsers import ParseError
+from kiln.parsers.ib_write_bw import parse_ib_write_bw
 from kiln.parsers.nccl_tests import parse_json, parse_text
 
 MANIFEST_SCHEMA_VERSION = 1
@@ -62,10 +65,11 @@ class RunLayout:
         return self.root / "nccl" / f"{job}.{ext}"
 
     def ib_sysfs(self, node: str, phase: str) -> Path:
-        return IB.sysfs_path(self.root, node, phase)
+        """phase: "before" or "after" the jobs."""
+        return self.root / "ib" / f"sysfs-{phase}" / f"{node}.txt"
 
     def ib_report(self, pair: str, rail: int) -> Path:
-        return IB.report_path(self.root, pair, rail)
+        return self.root / "ib" / f"{pair}-rail{rail}.txt"
 
 
 @dataclass
@@ -74,7 +78,7 @@ class RunResults:
     gemm: dict[str, GemmResult | NoResult] = field(default_factory=dict)
     allreduce: list[AllreduceResult] = field(default_factory=list)
     missing_jobs: list[NoResult] = field(default_factory=list)
-    ib: IB.IbRun | None = None
+    ib: IbRun | None = None
 
 
 def write_manifest(
@@ -88,7 +92,7 @@ def write_manifest(
     nccl_jobs: list[str] = (),
     ib: dict | None = None,
 ) -> Path:
-    """Create the run directory and its manifest (what the Slurm stage submits)."""
+    """Create the run directory and its manifest (what the campaign submits)."""
     layout = RunLayout(Path(run_dir))
     for sub in ("gemm", "allreduce", "nccl"):
         (layout.root / sub).mkdir(parents=True, exist_ok=True)
@@ -102,7 +106,7 @@ def write_manifest(
         "nodes": list(nodes),
         "allreduce_jobs": list(allreduce_jobs),
         "nccl_jobs": list(nccl_jobs),
-        "ib": ib,  # kiln.burnin.ib.manifest_entry; None without InfiniBand
+        "ib": ib,  # manifest_entry; None without InfiniBand
     }
     _write_atomic(layout.manifest, json.dumps(doc, indent=2) + "\n")
     return layout.manifest
@@ -154,22 +158,8 @@ def load_run(run_dir: Path | str) -> RunResults:
             run.allreduce.append(allreduce_from_nccl(job, parsed))
         except (OSError, ResultError, ParseError) as exc:
             run.missing_jobs.append(NoResult(f"nccl/{job}", f"{NO_RESULT} ({exc})"))
-    run.ib = IB.load_ib(layout.root, manifest)
+    run.ib = load_ib(layout, manifest)
     return run
-
-
-def judge_run(run_dir: Path | str, cluster: Cluster) -> BurninReport:
-    """Load a run record and judge it against the cluster's profiles and floors."""
-    run = load_run(run_dir)
-    return judge(
-        cluster,
-        run.gemm,
-        run.allreduce,
-        missing_jobs=run.missing_jobs,
-        run_id=run.manifest.get("run_id") or Path(run_dir).name,
-        suite=run.manifest.get("suite"),
-        ib=run.ib,
-    )
 
 
 def save_report(run_dir: Path | str, report: BurninReport) -> Path:
@@ -191,6 +181,44 @@ def load_report(run_dir: Path | str) -> BurninReport:
         return BurninReport.from_dict(json.loads(path.read_text(encoding="utf-8")))
     except (ValueError, KeyError, TypeError) as exc:
         raise InvalidInputError(f"{path} is not a readable burn-in report ({exc})") from None
+
+
+def manifest_entry(nodes: Sequence[str], pairs: Sequence[IbPair], port: int = PORT) -> dict:
+    """The manifest's "ib" entry: the run's HCA nodes and the pairs planned for them."""
+    return {"nodes": list(nodes), "port": port, "pairs": [p.to_dict() for p in pairs]}
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
+def load_ib(layout: RunLayout, manifest: dict) -> IbRun | None:
+    """The InfiniBand part of a run record; None when the run had no node with HCAs."""
+    entry = manifest.get("ib") or {}
+    if not entry.get("nodes"):
+        return None
+    run = IbRun(tuple(entry["nodes"]), int(entry.get("port", PORT)))
+    run.pairs = [IbPair.from_dict(p) for p in entry.get("pairs", [])]
+    for node in run.nodes:
+        for phase, into in (("before", run.before), ("after", run.after)):
+            text = _read(layout.ib_sysfs(node, phase))
+            if text is not None:
+                into[node] = text
+    for pair in run.pairs:
+        for rail in pair.rails:
+            text = _read(layout.ib_report(pair.name, rail.rail))
+            if text is None:
+                why = "no report: ib_write_bw failed, or the job timed out"
+                run.reports[(pair.name, rail.rail)] = why
+                continue
+            try:
+                run.reports[(pair.name, rail.rail)] = parse_ib_write_bw(text)
+            except ParseError as error:
+                run.reports[(pair.name, rail.rail)] = f"unreadable report ({error})"
+    return run
 
 
 def _write_atomic(path: Path, text: str) -> None:

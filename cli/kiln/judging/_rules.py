@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kiln.burnin.verdicts import Action, Severity, Verdict
+from kiln.judging.verdicts import Action, Severity, Verdict
 
 W, C = Severity.WARNING, Severity.CRITICAL
 DRAIN, LOOK = Action.DRAIN, Action.INVESTIGATE

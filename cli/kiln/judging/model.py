@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kiln.burnin.results import AllreduceResult, BandwidthRow
-from kiln.burnin.thresholds import Floors
-from kiln.burnin.verdicts import Action, Verdict, num, sort_key
 from kiln.fabric.bandwidth import RailVerdict
+from kiln.judging.results import AllreduceResult, BandwidthRow
+from kiln.judging.thresholds import Floors
+from kiln.judging.verdicts import Action, Verdict, num, sort_key
 
 SCHEMA_VERSION = 1
 NO_IB = "no InfiniBand declared"
@@ -110,10 +110,6 @@ class BurninReport:
             node: text if counts[node] == 1 else _with_more(text, counts[node] - 1)
             for node, text in firsts.items()
         }
-
-    @property
-    def failed_nodes(self) -> list[str]:
-        return sorted(self.drain())
 
     def to_dict(self) -> dict:
         return {

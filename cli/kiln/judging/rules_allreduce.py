@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from kiln.burnin._rules import DRAIN, LOOK, C, W
-from kiln.burnin._rules import node_verdict as _node
-from kiln.burnin.pairs import localise, median
-from kiln.burnin.verdicts import Action, Verdict, num
 from kiln.inventory.model import Cluster
+from kiln.judging._rules import DRAIN, LOOK, C, W
+from kiln.judging._rules import node_verdict as _node
+from kiln.judging.pairs import localise, median
+from kiln.judging.verdicts import Action, Verdict, num
 
 
 def judge_allreduce(report, cluster: Cluster, results, floors) -> None:

@@ -13,7 +13,7 @@ time, and so does this (25 workers of 4 hosts each). A worker gives each host a 
 task and play context (`Task.copy`, as Ansible's own loops do), since running a task changes them.
 
 ansible-playbook loads this through the strategy plugin shims in playbooks/strategy_plugins/
-(kiln_linear, and kiln_mitogen_linear with mitogen's mixin); kiln.runner.engine picks one.
+(kiln_linear, and kiln_mitogen_linear with mitogen's mixin); kiln.runner.engine names one.
 """
 
 from __future__ import annotations

@@ -1,16 +1,16 @@
 """GEMM rules: per GPU against the floor, its node's best GPU, checksums and throttling;
-per node against the fleet median of its profile (see kiln.burnin.analysis for the list)."""
+per node against the fleet median of its profile (see kiln.judging.analysis for the list)."""
 
 from __future__ import annotations
 
-from kiln.burnin._rules import DRAIN, C, W
-from kiln.burnin._rules import node_verdict as _node
-from kiln.burnin.model import BurninReport
-from kiln.burnin.pairs import median
-from kiln.burnin.results import GemmResult
-from kiln.burnin.thresholds import Floors
-from kiln.burnin.verdicts import Verdict, num
 from kiln.inventory.model import Node
+from kiln.judging._rules import DRAIN, C, W
+from kiln.judging._rules import node_verdict as _node
+from kiln.judging.model import BurninReport
+from kiln.judging.pairs import median
+from kiln.judging.results import GemmResult
+from kiln.judging.thresholds import Floors
+from kiln.judging.verdicts import Verdict, num
 
 HARDWARE_THROTTLE = {"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
 FAILING_THROTTLE = HARDWARE_THROTTLE | {"sw_thermal_slowdown"}

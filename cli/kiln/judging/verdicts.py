@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from kiln.parsers.drain_reason import drain_reason
+
 REASON_MAX = 99  # Slurm takes longer reasons, but `sinfo -R` and people read these
 
 
@@ -63,7 +65,7 @@ def num(value: float | None) -> str:
 
 def reason(text: str) -> str:
     """A Slurm drain reason: 'kiln: ...', one line, at most REASON_MAX characters."""
-    text = "kiln: " + " ".join(text.split())
+    text = drain_reason(" ".join(text.split()))
     return text if len(text) <= REASON_MAX else text[: REASON_MAX - 3] + "..."
 
 

@@ -2,7 +2,7 @@
 
   ib_hca        a declared HCA missing, its port not Active/LinkUp or below the declared rate
                 (read before the jobs): critical, drain
-  ib_bandwidth  per node: slow on a rail with most of its peers (kiln.burnin.pairs.localise on
+  ib_bandwidth  per node: slow on a rail with most of its peers (kiln.judging.pairs.localise on
                 measured / floor, so pairs at different line rates share one threshold, 1.0):
                 the node's HCA or cable; drained, naming the rail and HCA
   ib_link       a slow pair whose ends are fine with their other peers: the path between them
@@ -13,16 +13,16 @@ Each rail is judged on its own: most pairs slow on one rail is that rail's fabri
 
 from __future__ import annotations
 
-from kiln.burnin._rules import DRAIN, LOOK, C, W
-from kiln.burnin._rules import node_verdict as _node
-from kiln.burnin.ib import IbRun
-from kiln.burnin.model import NO_IB, IbSection
-from kiln.burnin.pairs import localise, median
-from kiln.burnin.verdicts import Verdict, num
 from kiln.fabric.bandwidth import RailMeasurement, RailVerdict, floor_gbps, judge_rail
 from kiln.fabric.links import check_rails, error_counter_deltas, parse_sysfs_dump
 from kiln.fabric.links import port_error_counters as _counters
 from kiln.inventory.model import Cluster
+from kiln.judging._rules import DRAIN, LOOK, C, W
+from kiln.judging._rules import node_verdict as _node
+from kiln.judging.ib import IbRun
+from kiln.judging.model import NO_IB, IbSection
+from kiln.judging.pairs import localise, median
+from kiln.judging.verdicts import Verdict, num
 
 
 def judge_ib(report, cluster: Cluster, ib: IbRun | None, floor_pct: float | None) -> None:

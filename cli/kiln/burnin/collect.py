@@ -1,0 +1,112 @@
+"""Bringing a burn-in home: results and HCA readings from the nodes into the run record.
+
+    collect(nodes, paths, run_id, layout, progress)    # gemm/, allreduce/, ib/, logs/ per node
+    read_hcas(nodes, layout, "before", progress)       # {node: its /sys/class/infiniband dump}
+
+Over SSH (kiln.fleet), as root. A node that cannot be read is reported through `progress` and
+left out: its missing results are failures when the run is judged, never a smaller run.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable
+from pathlib import PurePosixPath
+
+from kiln.burnin.jobs import Paths
+from kiln.fabric.links import sysfs_dump_command
+from kiln.fleet import NodeResult, Status, run_command
+from kiln.inventory import Node
+from kiln.records.burnin import RunLayout
+from kiln.slurmctl.remote import as_root
+
+Progress = Callable[[str], None]
+TIMEOUT = 120.0
+
+
+def run_as_root(nodes: list[Node], command: str) -> list[NodeResult]:
+    """`command` on every node as root; results in node order."""
+    by_user: dict[str, list[Node]] = {}
+    for node in nodes:
+        by_user.setdefault(as_root(node, command), []).append(node)
+    results = []
+    for wrapped, group in by_user.items():
+        results += run_command(group, wrapped, timeout=TIMEOUT).results
+    return results
+
+
+def fetch_command(paths: Paths, run_id: str) -> str:
+    """On a node: print this run's results and logs as one JSON object, then remove them."""
+    program = (
+        "import json,os,sys,glob\n"
+        "root,run,logs=sys.argv[1],sys.argv[2],sys.argv[3]\n"
+        "files={}\n"
+        "for base,dirs,names in os.walk(os.path.join(root,run)):\n"
+        " for n in names:\n"
+        "  if n.endswith('.tmp'): continue\n"
+        "  p=os.path.join(base,n)\n"
+        "  files[os.path.relpath(p,os.path.join(root,run))]=open(p,errors='replace').read()\n"
+        "for p in glob.glob(os.path.join(logs,run+'-*.log')):\n"
+        " files['logs/'+os.path.basename(p)]=open(p,errors='replace').read()[-65536:]\n"
+        "json.dump(files,sys.stdout)\n"
+    )
+    run_dir = paths.run_dir(run_id)
+    logs = f"{paths.results}/logs"
+    return (
+        f"python3 -c {shlex.quote(program)} {shlex.quote(paths.results)} {shlex.quote(run_id)} "
+        f"{shlex.quote(logs)} && rm -rf {shlex.quote(run_dir)} {shlex.quote(logs)}/{run_id}-*.log"
+    )
+
+
+def collect(
+    nodes: list[Node], paths: Paths, run_id: str, layout: RunLayout, progress: Progress
+) -> None:
+    """Fetch every node's results of this run into the run record (and remove them there)."""
+    for res in run_as_root(nodes, fetch_command(paths, run_id)):
+        if res.status is not Status.OK:
+            progress(f"{res.name}: results not fetched ({res.status}: {res.error})")
+            continue
+        try:
+            files = json.loads(res.stdout)
+        except ValueError:
+            progress(f"{res.name}: unreadable results listing")
+            continue
+        for rel, text in files.items():
+            store(layout, res.name, rel, text)
+
+
+def store(layout: RunLayout, node: str, rel: str, text: str) -> None:
+    """One fetched file into the record; names outside the layout are dropped."""
+    parts = PurePosixPath(rel).parts
+    if len(parts) != 2 or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
+        return
+    kind, name = parts
+    if kind == "gemm" and name.endswith(".json"):
+        target = layout.gemm(name[: -len(".json")])
+    elif kind == "allreduce" and name.endswith(".json"):
+        target = layout.allreduce(name[: -len(".json")])
+    elif kind == "ib" and name.endswith(".txt"):
+        target = layout.root / "ib" / name  # <pair>-rail<k>.txt, from the client
+    elif kind == "logs":
+        target = layout.root / "logs" / node / name
+    else:
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+
+
+def read_hcas(
+    nodes: list[Node], layout: RunLayout, phase: str, progress: Progress
+) -> dict[str, str]:
+    """/sys/class/infiniband of every node into the run record ("before"/"after" the jobs)."""
+    dumps = {}
+    for res in run_as_root(nodes, sysfs_dump_command()):
+        if res.status is not Status.OK:
+            progress(f"{res.name}: HCAs not read {phase} ({res.status}: {res.error})")
+            continue
+        path = layout.ib_sysfs(res.name, phase)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(res.stdout, encoding="utf-8")
+        dumps[res.name] = res.stdout
+    return dumps

@@ -1,0 +1,135 @@
+"""What the rules and the builder read: the inventory as resolved, its values typed.
+
+read_context(path, out) reads the files (kiln.inventory.sources), applies Ansible's
+precedence (kiln.inventory.resolve) and types every written kiln_* value
+(kiln.inventory.values); InventoryContext answers the questions every rule asks (a host's
+value and where it is written, its hardware profile, the group members, the cluster-wide
+settings) the same way for the rules and for the builder.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from kiln.inventory.capture import FabricCapture, read_capture
+from kiln.inventory.findings import FindingCollector, Origin
+from kiln.inventory.raw import Located, RawInventory
+from kiln.inventory.resolve import ResolvedHost, resolve_hosts
+from kiln.inventory.schema import PartitionSpec, SlurmSpec, VersionsSpec
+from kiln.inventory.sources import read_inventory
+from kiln.inventory.values import TypedValues, read_values
+from kiln.profiles import HardwareProfile, Versions, load_compat, load_profiles
+
+CONTROLLERS, COMPUTE = "kiln_controllers", "kiln_compute"
+
+
+def read_context(path: Path, out: FindingCollector) -> InventoryContext | None:
+    """The inventory at `path` ready to judge; None when it cannot be read at all."""
+    raw = read_inventory(path, out)
+    if raw is None:
+        return None
+    hosts = resolve_hosts(raw, out)
+    return InventoryContext(raw, hosts, read_values(raw, out))
+
+
+class InventoryContext:
+    def __init__(
+        self, raw: RawInventory, hosts: dict[str, ResolvedHost], typed: TypedValues
+    ) -> None:
+        self.raw = raw
+        self.hosts = hosts
+        self.typed = typed
+        self.profiles = load_profiles()
+
+    # -- a host's values --------------------------------------------------------------------
+
+    def value(self, host: ResolvedHost, key: str, default: Any = None) -> Any:
+        """The host's typed value of a kiln_* key; `default` when unset, None when unreadable."""
+        located = host.vars.get(key)
+        if located is None:
+            return default
+        return self.typed.get(id(located), default)
+
+    def origin_of(self, host: ResolvedHost, key: str) -> Origin | None:
+        located = host.vars.get(key)
+        return located.origin if located else None
+
+    def declared_at(self, name: str) -> Origin | None:
+        declarations = self.raw.hosts[name].declarations
+        return declarations[0] if declarations else None
+
+    def address(self, host: ResolvedHost) -> str:
+        """ansible_host, else the host name, as Ansible connects."""
+        located = host.vars.get("ansible_host")
+        return str(located.value) if located is not None else host.name
+
+    def profile(self, host: ResolvedHost) -> HardwareProfile | None:
+        """The host's hardware profile: None when a compute node names none, or its
+        kiln_gpu_model is unreadable or unknown (rules.hosts.gpu_model_is_known says which)."""
+        located = host.vars.get("kiln_gpu_model")
+        if located is None:
+            return None if COMPUTE in host.groups else self.profiles.get("none")
+        model = self.typed.get(id(located))
+        return None if model is None else self.profiles.get(model)
+
+    # -- cluster-wide values ----------------------------------------------------------------
+
+    def written(self, key: str) -> Located | None:
+        """Where group_vars/all (or an inventory file's all:vars) sets a cluster-wide key."""
+        group = self.raw.groups["all"]
+        return group.plugin_vars.get(key) or group.file_vars.get(key)
+
+    def cluster_value(self, key: str, default: Any) -> tuple[Any, Origin | None]:
+        """The typed value of a cluster-wide key and its origin; (`default`, None) when unset,
+        None for the value when it does not read."""
+        located = self.written(key)
+        if located is None:
+            return default, None
+        return self.typed.get(id(located)), located.origin
+
+    def written_at(self, key: str, *loc: str | int) -> Origin | None:
+        """The line of a nested key (`loc`) inside a cluster-wide value; None when unset."""
+        located = self.written(key)
+        return located.origin.nested(located.value, loc) if located else None
+
+    @cached_property
+    def membership(self) -> dict[str, list[str]]:
+        """Group -> its hosts, children included, and 'all'."""
+        members: dict[str, list[str]] = defaultdict(list)
+        for name, host in self.hosts.items():
+            for group in host.groups:
+                members[group].append(name)
+            members["all"].append(name)
+        return dict(members)
+
+    @cached_property
+    def versions(self) -> Versions | None:
+        """kiln_versions over the compatibility table's default; None when it does not read."""
+        spec, _ = self.cluster_value("kiln_versions", VersionsSpec())
+        if spec is None:
+            return None
+        chosen = load_compat().default_versions().model_dump()
+        chosen.update({k: v for k, v in spec.model_dump().items() if v is not None})
+        return Versions.model_validate(chosen)
+
+    @cached_property
+    def partition_specs(self) -> list[PartitionSpec] | None:
+        """The written kiln_partitions; None when unset or unreadable."""
+        return self.cluster_value("kiln_partitions", None)[0]
+
+    def partition_members(self, spec: PartitionSpec) -> list[str]:
+        """The hosts a partition holds: its groups' hosts and its nodes that exist, once each."""
+        nodes = [host for group in spec.groups for host in self.membership.get(group, [])]
+        nodes.extend(host for host in spec.nodes if host in self.hosts)
+        return list(dict.fromkeys(nodes))
+
+    @cached_property
+    def capture(self) -> FabricCapture | None:
+        """The stored fabric capture when kiln_slurm.topology is fabric, read and parsed once."""
+        slurm, _ = self.cluster_value("kiln_slurm", SlurmSpec())
+        if slurm is None or slurm.topology != "fabric":
+            return None
+        return read_capture(slurm.ibnetdiscover_file or "", self.raw.root)

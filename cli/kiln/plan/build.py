@@ -1,0 +1,118 @@
+"""make_plan: from a validated Cluster and the operator's options, the immutable Plan.
+
+Which hosts each stage runs on (the --limit, --retry-failed and --new-nodes selections), their
+rolling batches and shards, the rendered cluster-wide files and what each inventory export holds.
+Reads earlier run records (for --retry-failed and --new-nodes) and contacts no host.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import MappingProxyType
+
+from kiln.errors import InvalidInputError
+from kiln.inventory import Cluster
+from kiln.inventory.batches import normalize_batch_size, split_batches
+from kiln.plan.files import render_etc_hosts, render_files
+from kiln.plan.hostpattern import select_hosts
+from kiln.plan.model import RUN_INVENTORY, NewNodes, Plan, PlanOptions, Rollout, StagePlan
+from kiln.plan.shards import always_included, plan_shards, worker_hosts
+from kiln.plan.stages import REFRESH, Stage, available_stages, stage_hosts
+from kiln.records.runs import provisioned_hosts, retry_hosts, state_dir
+
+
+def make_plan(
+    cluster: Cluster, options: PlanOptions | None = None, state: Path | None = None
+) -> Plan:
+    options = options or PlanOptions()
+    state = state or state_dir()
+    rollout = _rollout(cluster, options)
+    targets = _targets(cluster, options, state)
+    stages = list(options.stages) if options.stages is not None else available_stages()
+    runs, new_nodes = _stage_hosts(cluster, options, stages, targets, state)
+    shard_by = options.shard_by or cluster.rollout.shard_by
+    shard_size = options.shard_size or cluster.rollout.shard_size
+    workers = worker_hosts(cluster)
+    planned = tuple(
+        StagePlan(
+            stage,
+            tuple(hosts),
+            tuple(tuple(b) for b in split_batches(hosts, rollout.batch_size)),
+            tuple(
+                plan_shards(
+                    cluster, hosts, shard_by=shard_by, shard_size=shard_size, workers=workers
+                )
+            ),
+        )
+        for stage, hosts in runs
+    )
+    return Plan(
+        cluster=cluster,
+        options=options,
+        rollout=rollout,
+        targets=tuple(targets),
+        stages=planned,
+        files=render_files(cluster),
+        etc_hosts=render_etc_hosts(cluster),
+        exports=MappingProxyType(_exports(cluster, planned)),
+        workers=MappingProxyType({name: cluster.node(name) for name in workers}),
+        new_nodes=new_nodes,
+    )
+
+
+def _rollout(cluster: Cluster, options: PlanOptions) -> Rollout:
+    spec = cluster.rollout
+    parallel = options.max_parallel_shards
+    return Rollout(
+        batch_size=normalize_batch_size(options.batch_size or spec.batch_size),
+        max_fail_percentage=spec.max_fail_percentage,
+        forks=options.forks or spec.forks,
+        max_parallel_shards=spec.max_parallel_shards if parallel is None else parallel,
+        controller_memory_gib=spec.controller_memory_gib,
+        worker_runner=spec.worker_runner,
+    )
+
+
+def _targets(cluster: Cluster, options: PlanOptions, state: Path) -> list[str]:
+    """The hosts kiln provisions (controllers and compute nodes; a bare kiln_workers host is
+    not) that --limit and --retry-failed select."""
+    managed = [node for node in cluster.nodes if node.is_controller or node.is_compute]
+    targets = select_hosts(managed, options.limit)
+    if options.limit and not targets:
+        raise InvalidInputError(f"--limit {options.limit!r} selects no host of the inventory")
+    if options.retry_failed:
+        retry = set(retry_hosts(cluster.inventory_dir, state))
+        targets = [host for host in targets if host in retry]
+    return targets
+
+
+def _stage_hosts(
+    cluster: Cluster, options: PlanOptions, stages: list[Stage], targets: list[str], state: Path
+) -> tuple[list[tuple[Stage, list[str]]], NewNodes | None]:
+    """Which stage runs on which hosts. With --new-nodes: REFRESH (the cluster-wide files) on
+    the controllers and the provisioned nodes, then every stage on the new nodes only."""
+    if not options.new_nodes:
+        return [(stage, stage_hosts(stage, cluster.groups, targets)) for stage in stages], None
+    done = provisioned_hosts(cluster.inventory_dir, state)
+    new = [host for host in targets if host not in done]
+    existing = [host for host in targets if host in done]
+    refresh = [h for h in targets if cluster.node(h).is_controller or h in existing]
+    runs: list[tuple[Stage, list[str]]] = []
+    if new and refresh:
+        runs.append((REFRESH, refresh))
+    runs += [(stage, stage_hosts(stage, cluster.groups, new)) for stage in stages] if new else []
+    return runs, NewNodes(tuple(new), tuple(existing), tuple(refresh if new else ()))
+
+
+def _exports(cluster: Cluster, stages: tuple[StagePlan, ...]) -> dict[str, tuple[str, ...]]:
+    """What each inventory export holds: every node for the run; for each shard name, its
+    hosts in every stage plus the controllers, in inventory order."""
+    everyone = [node.name for node in cluster.nodes]
+    members: dict[str, set[str]] = {}
+    for stage in stages:
+        for shard in stage.shards:
+            members.setdefault(shard.name, set(always_included(cluster))).update(shard.hosts)
+    exports = {RUN_INVENTORY: tuple(everyone)}
+    for name, keep in members.items():
+        exports[name] = tuple(host for host in everyone if host in keep)
+    return exports

@@ -1,0 +1,130 @@
+"""The Plan: everything a provision run will do, decided before any host is contacted.
+
+Immutable. `kiln plan` prints one; `kiln provision` hands one to kiln.runner, which executes it
+and neither plans nor renders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from kiln.inventory import Cluster, Node
+from kiln.inventory.export import render_inventory
+from kiln.plan.files import GeneratedFile
+from kiln.plan.shards import Shard
+from kiln.plan.stages import Stage
+from kiln.render.hostlist import compress
+
+RUN_INVENTORY = "run"  # the export of every node, beside the per-shard ones
+
+
+@dataclass(frozen=True, slots=True)
+class PlanOptions:
+    """What the operator asked for; None means the inventory's kiln_rollout value."""
+
+    stages: tuple[Stage, ...] | None = None  # None: every available stage
+    limit: str | None = None
+    check: bool = False
+    retry_failed: bool = False
+    new_nodes: bool = False  # full stages on never-provisioned nodes; refresh the others
+    batch_size: str | None = None
+    forks: int | None = None
+    shard_by: str | None = None
+    shard_size: int | None = None
+    max_parallel_shards: int | None = None
+    extravars: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Rollout:
+    """The rollout settings in force: the inventory's kiln_rollout with the options applied."""
+
+    batch_size: str  # as Ansible's serial takes it: "8" or "25%"
+    max_fail_percentage: int
+    forks: int
+    max_parallel_shards: int  # 0: as many as fit controller_memory_gib
+    controller_memory_gib: float
+    worker_runner: str
+
+
+@dataclass(frozen=True, slots=True)
+class StagePlan:
+    stage: Stage
+    hosts: tuple[str, ...]
+    batches: tuple[tuple[str, ...], ...]  # the rolling batches over the whole stage
+    shards: tuple[Shard, ...]
+
+    @property
+    def name(self) -> str:
+        return self.stage.name
+
+    @property
+    def summary(self) -> str:
+        return self.stage.summary
+
+
+@dataclass(frozen=True, slots=True)
+class NewNodes:
+    """`--new-nodes`: which targets are new, and which only get the cluster-wide files."""
+
+    new: tuple[str, ...]
+    existing: tuple[str, ...]
+    refreshed: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {
+            "new": list(self.new),
+            "existing": list(self.existing),
+            "refreshed": list(self.refreshed),
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    cluster: Cluster
+    options: PlanOptions
+    rollout: Rollout
+    targets: tuple[str, ...]
+    stages: tuple[StagePlan, ...]
+    files: tuple[GeneratedFile, ...]  # slurm.conf, gres.conf, cgroup.conf, topology.conf
+    etc_hosts: GeneratedFile
+    # The hosts each inventory export holds: RUN_INVENTORY (every node), then one per shard name
+    # (its hosts in every stage, plus the controllers).
+    exports: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    workers: Mapping[str, Node] = field(default_factory=lambda: MappingProxyType({}))
+    new_nodes: NewNodes | None = None
+
+    @property
+    def inventory_dir(self) -> Path:
+        return Path(self.cluster.inventory_dir).resolve()
+
+    def inventory_text(self, name: str) -> str:
+        """The Ansible inventory (hosts.json) of export `name`, rendered from the model."""
+        return render_inventory(self.cluster, list(self.exports[name]))
+
+    def to_dict(self, changed_files: list[str] | None = None) -> dict:
+        """`kiln plan --json`; `changed_files` are those that differ from --output's."""
+        return {
+            "cluster": self.cluster.name,
+            "inventory": str(self.cluster.inventory_dir),
+            "versions": self.cluster.versions.model_dump(),
+            "stages": [
+                {
+                    "name": s.name,
+                    "summary": s.summary,
+                    "host_count": len(s.hosts),
+                    "hosts": compress(list(s.hosts)),
+                    "batches": [compress(list(b)) for b in s.batches],
+                }
+                for s in self.stages
+            ],
+            "files": [
+                {"name": f.name, "sha256": f.sha256, "lines": f.content.count("\n")}
+                for f in self.files
+            ],
+            "changed_files": changed_files or [],
+        }

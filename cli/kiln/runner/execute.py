@@ -1,0 +1,302 @@
+"""Execute a Plan: its stages in order, each split into its shards, under the inventory lock.
+
+The core of `kiln provision`: no printing, no planning, no rendering. It writes what the Plan
+carries into the run record, reports progress through a Listener and returns a RunResult (also
+written to the record as summary.json).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any, Protocol
+
+from kiln.inventory.batches import batches_needed
+from kiln.plan import Plan, StagePlan
+from kiln.plan.model import RUN_INVENTORY
+from kiln.plan.shards import Shard, parallel_limit
+from kiln.plan.stages import Stage
+from kiln.records.lock import InventoryLock
+from kiln.records.runs import RunRecord, new_run_id, now, state_dir
+from kiln.runner import engine, merge, workers
+from kiln.runner.engine import PlaybookRequest, PlaybookResult
+from kiln.runner.events import CappedLog, EventRecorder, ProgressAggregator, StageProgress
+from kiln.runner.result import RunResult
+
+FACTS_KEY = "kiln_preflight"  # set_stats key the preflight role saves its facts under
+
+
+class Listener(Protocol):
+    def stage_started(self, stage: Stage, hosts: list[str], batches: int) -> None: ...
+    def progress(self, state: StageProgress) -> None: ...
+    def stage_finished(self, stage: Stage, result: dict[str, Any]) -> None: ...
+
+
+class _Quiet:
+    def stage_started(self, stage: Stage, hosts: list[str], batches: int) -> None:
+        pass
+
+    def progress(self, state: StageProgress) -> None:
+        pass
+
+    def stage_finished(self, stage: Stage, result: dict[str, Any]) -> None:
+        pass
+
+
+def execute(
+    plan: Plan, *, listener: Listener | None = None, state: Path | None = None
+) -> RunResult:
+    """Run the plan's stages; returns the result (also on disk as the record's summary)."""
+    listener = listener or _Quiet()
+    state = state or state_dir()
+    inventory = plan.inventory_dir
+    run_id = new_run_id()
+    with InventoryLock(inventory, run_id=run_id, state=state) as lock:
+        record = RunRecord.create(state, run_id)
+        result = RunResult(
+            run_id=record.run_id,
+            inventory=str(inventory),
+            cluster=plan.cluster.name,
+            record=str(record.path),
+            check=plan.options.check,
+            limit=plan.options.limit,
+            retry_failed=plan.options.retry_failed,
+            batch_size=plan.rollout.batch_size,
+            max_fail_percentage=plan.rollout.max_fail_percentage,
+            lock_id=lock.info.lock_id if lock.info else None,
+            cleared_stale_lock=lock.cleared_stale.lock_id if lock.cleared_stale else None,
+            started=now().isoformat(timespec="seconds"),
+            targets=list(plan.targets),
+            new_nodes=plan.new_nodes.to_dict() if plan.new_nodes else None,
+        )
+        run = _Run(plan, record, result, listener)
+        try:
+            with record.events_path.open("a", buffering=1) as stream:
+                run.log = CappedLog(stream, _log_cap())
+                try:
+                    run.stages()
+                finally:
+                    result.events = run.log.close()
+        finally:
+            result.finish(now().isoformat(timespec="seconds"))
+            record.write_summary(result.to_dict())
+            if not plan.options.check:
+                record.mark_last(inventory)
+    return result
+
+
+def _log_cap() -> int:
+    return int(float(os.environ.get("KILN_EVENTS_MAX_MB", "64")) * 1024 * 1024)
+
+
+def _write_inputs(plan: Plan, record: RunRecord) -> dict[str, str]:
+    """What every stage reads, written once per run from the plan: the run's inventory export
+    and the cluster-wide files. Returns the extravars that point the roles at them."""
+    (record.path / "inventory").mkdir(parents=True, exist_ok=True)
+    (record.path / "inventory" / "hosts.json").write_text(plan.inventory_text(RUN_INVENTORY))
+    files_dir = record.path / "files"
+    files_dir.mkdir(parents=True, exist_ok=True)
+    for generated in (*plan.files, plan.etc_hosts):
+        (files_dir / generated.name).write_text(generated.content)
+    return {
+        "slurm_common_rendered_dir": str(files_dir),
+        "base_hosts_file": str(files_dir / plan.etc_hosts.name),
+    }
+
+
+class _Run:
+    """One execution: stages in order, each split into shards run in parallel."""
+
+    def __init__(self, plan: Plan, record: RunRecord, result: RunResult, listener: Listener):
+        self.plan = plan
+        self.rollout = plan.rollout
+        self.record = record
+        self.result = result
+        self.listener = listener
+        self.log: CappedLog | None = None
+        self.extravars = {**_write_inputs(plan, record), **plan.options.extravars}
+        self.exports: dict[str, Path] = {}
+        self.facts: dict[str, Any] = {}
+        self.lock = threading.Lock()
+
+    def stages(self) -> None:
+        bad: set[str] = set()
+        stages = self.plan.stages
+        for index, planned in enumerate(stages):
+            stage = planned.stage
+            hosts = [host for host in planned.hosts if host not in bad]
+            if not hosts:
+                self.result.stages.append(merge.skipped_stage(stage, "no host left to run on"))
+                continue
+            entry = self.stage(planned, hosts)
+            self.result.stages.append(entry)
+            self.listener.stage_finished(stage, entry)
+            bad |= merge.held_back(entry)
+            if self.result.stopped:
+                for later in stages[index + 1 :]:
+                    self.result.stages.append(
+                        merge.skipped_stage(later.stage, "the rollout stopped")
+                    )
+                return
+
+    def stage(self, planned: StagePlan, hosts: list[str]) -> dict[str, Any]:
+        stage = planned.stage
+        keep = set(hosts)
+        shards = [
+            Shard(s.name, tuple(h for h in s.hosts if h in keep), s.controllers, s.worker)
+            for s in planned.shards
+        ]
+        shards = [s for s in shards if s.hosts]
+        expected = sum(batches_needed(len(s.hosts), self.rollout.batch_size) for s in shards)
+        self.listener.stage_started(stage, hosts, expected)
+        aggregate = ProgressAggregator(stage.name, len(shards), self.listener.progress)
+        folded = merge.StageMerge(
+            stage.name, str(stage.path()), hosts, directory=str(self.record.stage_dir(stage.name))
+        )
+        first = shards[:1] if shards and shards[0].controllers else []
+        rest = shards[len(first) :]
+        for shard in first:  # the controllers, alone, before any compute shard
+            folded.add(self.shard(stage, shard, aggregate))
+        stop = self._stop_reason(folded, len(hosts), controllers_done=bool(first))
+        if stop is None and rest:
+            stop = self._parallel(stage, rest, aggregate, folded, len(hosts))
+        elif stop is not None:
+            folded.not_started += [s.to_dict() for s in rest]
+        entry = folded.entry()
+        if stop is not None:
+            folded.stopped_overall = stop[1]
+            entry = folded.entry()
+            self.result.stopped = {"stage": stage.name, "reason": stop[0]}
+            if entry["shards_not_started"]:
+                self.result.stopped["shards_not_started"] = entry["shards_not_started"]
+        if stage.name == "preflight" and self.facts:
+            self.record.write_facts(self.facts)
+        return entry
+
+    def _parallel(self, stage, shards, aggregate, folded, total) -> tuple[str, bool] | None:
+        limit = parallel_limit(
+            self.rollout.max_parallel_shards,
+            len(shards),
+            forks=self.rollout.forks,
+            memory_gib=self.rollout.controller_memory_gib,
+            machines=len(self.plan.workers) or 1,
+        )
+        pending = list(shards)
+        running: dict[Future, Shard] = {}
+        stop: tuple[str, bool] | None = None
+        with ThreadPoolExecutor(max_workers=limit, thread_name_prefix="kiln-shard") as pool:
+            while pending or running:
+                while pending and len(running) < limit and stop is None:
+                    shard = pending.pop(0)
+                    running[pool.submit(self.shard, stage, shard, aggregate)] = shard
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    running.pop(future)
+                    folded.add(future.result())
+                if stop is None:
+                    stop = self._stop_reason(folded, total, controllers_done=False)
+                if stop is not None and pending:
+                    folded.not_started += [s.to_dict() for s in pending]
+                    pending = []
+        order = {s.name: i for i, s in enumerate(shards)}
+        folded.shard_entries.sort(
+            key=lambda e: (not e.get("controllers"), order.get(e["name"], -1))
+        )
+        return stop
+
+    def _stop_reason(self, folded, total, *, controllers_done) -> tuple[str, bool] | None:
+        """Why no further shard may start: (reason, crossed the failure threshold).
+
+        Reads the running counts StageMerge.add keeps, not every finished shard's hosts again.
+        """
+        return merge.stop_reason(
+            folded, total, self.rollout.max_fail_percentage, controllers_done=controllers_done
+        )
+
+    def export(self, shard: Shard) -> Path:
+        """The shard's inventory (its hosts in every stage plus the controllers), written once
+        per run."""
+        with self.lock:
+            path = self.exports.get(shard.name)
+        if path is not None:
+            return path
+        directory = self.record.path / "shards" / shard.name
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / "hosts.json"
+        path.write_text(self.plan.inventory_text(shard.name))
+        with self.lock:
+            self.exports[shard.name] = path
+        return path
+
+    def shard(self, stage: Stage, shard: Shard, aggregate: ProgressAggregator) -> dict:
+        started = now().isoformat(timespec="seconds")
+        hosts = list(shard.hosts)
+        directory = self.record.stage_dir(stage.name) / shard.name
+        directory.mkdir(parents=True, exist_ok=True)
+        limit_file = directory / "limit"
+        limit_file.write_text("".join(f"{host}\n" for host in hosts))
+        expected = batches_needed(len(hosts), self.rollout.batch_size)
+        recorder = EventRecorder(
+            stage.name, log=self.log, progress=aggregate.callback(shard.name), shard=shard.name
+        )
+        request = PlaybookRequest(
+            playbook=stage.path(),
+            inventory=self.export(shard),
+            private_data_dir=directory,
+            ident=self.record.run_id,
+            fact_cache=self.record.state / "fact_cache",
+            limit=f"@{limit_file}",
+            check=self.plan.options.check,
+            diff=self.plan.options.check,
+            forks=self.rollout.forks,
+            extravars={
+                **self.extravars,
+                "kiln_batch_size": self.rollout.batch_size,
+                "kiln_max_fail_percentage": self.rollout.max_fail_percentage,
+                "kiln_run_id": self.record.run_id,
+                "kiln_shard": shard.name,
+            },
+        )
+        self._log_shard(stage, shard, "started")
+        aggregate.shard_started(shard.name)
+        try:
+            result = self._execute(shard, request, recorder)
+        finally:
+            aggregate.shard_finished(shard.name)
+        entry = merge.stage_entry(stage, result, hosts, expected)
+        entry.update(
+            name=shard.name,
+            worker=shard.worker,
+            controllers=shard.controllers,
+            started=started,
+            finished=now().isoformat(timespec="seconds"),
+        )
+        if stage.name == "preflight" and FACTS_KEY in result.artifact_data:
+            with self.lock:
+                self.facts.update(result.artifact_data[FACTS_KEY])
+        self._log_shard(stage, shard, entry["status"])
+        return entry
+
+    def _execute(
+        self, shard: Shard, request: PlaybookRequest, recorder: EventRecorder
+    ) -> PlaybookResult:
+        hosts = list(shard.hosts)
+        if shard.worker is None:
+            return engine.run_playbook(request, recorder, hosts)
+        node = self.plan.workers[shard.worker]
+        directory = workers.remote_dir(self.record.run_id, recorder.stage, shard.name)
+        runner = self.rollout.worker_runner
+        if runner.startswith("/"):
+            bin_dir = os.path.dirname(runner)
+            request.envvars["PATH"] = f"{bin_dir}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+        command = workers.worker_command(node, runner, directory)
+        return engine.run_playbook_streamed(request, recorder, hosts, command, directory)
+
+    def _log_shard(self, stage: Stage, shard: Shard, status: str) -> None:
+        if self.log is not None:
+            line = {"event": "kiln_shard", "stage": stage.name, "shard": shard.name}
+            line.update(status=status, hosts=len(shard.hosts), worker=shard.worker)
+            line["t"] = now().isoformat(timespec="seconds")
+            self.log.write_event(line)

@@ -1,0 +1,1 @@
+"""Reading live state from nodes over the fleet."""
