@@ -23,10 +23,8 @@ from kiln.console import err, out, print_json
 from kiln.errors import ExitCode, OperationFailed
 from kiln.inventory import Cluster, require_valid
 from kiln.judging import BurninReport
-from kiln.plan.stages import Stage
+from kiln.plan.stages import BURNIN
 from kiln.report import render, render_table
-
-BURNIN_STAGE = Stage("burnin", "burnin.yml", "burn-in workloads and their torch runtime")
 
 
 class Suite(StrEnum):
@@ -49,7 +47,7 @@ def install_runtime(cluster: Cluster, names: list[str], paths: Paths) -> None:
     from kiln.runner.execute import execute
 
     options = PlanOptions(
-        stages=(BURNIN_STAGE,),
+        stages=(BURNIN,),
         limit=",".join(names),
         extravars={
             "burnin_prefix": paths.prefix,

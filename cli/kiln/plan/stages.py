@@ -45,6 +45,10 @@ STAGES: tuple[Stage, ...] = (
 # nodes provisioned before, to push the re-rendered cluster-wide files (slurm.conf, ...).
 REFRESH = Stage("refresh", "refresh.yml", "the cluster-wide Slurm files, pushed after scale-out")
 
+# Not a stage of a full run either: `kiln burnin` runs it on the nodes it tests, to install the
+# workloads and their runtime before submitting them.
+BURNIN = Stage("burnin", "burnin.yml", "burn-in workloads and their torch runtime")
+
 
 def available_stages(playbooks_dir: Path = PLAYBOOKS_DIR) -> list[Stage]:
     """The stages whose playbook exists, in order."""
