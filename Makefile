@@ -26,11 +26,12 @@ help:
 	@echo "make bench-remote  remote latency per host-task over SSH, mitogen beside ssh (sandbox)"
 	@echo "make gpu-check   checks that need an NVIDIA GPU (skipped without one)"
 
-# The virtual environment, reinstalled when pyproject.toml changes.
-$(STAMP): pyproject.toml
+# The virtual environment, reinstalled when pyproject.toml or the pinned versions change; every
+# package at the version in constraints.txt (what CI tested).
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV) || { apt-get update -qq && apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV); }
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -c constraints.txt --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	touch $@
 
 deps: $(STAMP)

@@ -90,6 +90,32 @@ def _register() -> None:
 _register()
 
 
+def _click_classes(name: str) -> tuple[type[BaseException], ...]:
+    """click's exception class `name`, and the copy typer carries of it: recent typer releases
+    vendor click as typer._click, and raise those classes instead of click's own."""
+    classes = [getattr(click.exceptions, name)]
+    try:
+        from typer._click import exceptions as vendored
+    except ImportError:
+        return tuple(classes)
+    if hasattr(vendored, name):
+        classes.append(getattr(vendored, name))
+    return tuple(classes)
+
+
+ABORT = _click_classes("Abort")
+USAGE_ERROR = _click_classes("UsageError")
+CLICK_ERROR = _click_classes("ClickException")
+CLICK_EXIT = _click_classes("Exit")
+
+
+def _usage_line(error: BaseException) -> str:
+    """One line: what was wrong and where to look, e.g. "No such command 'x'" + the help hint."""
+    ctx = getattr(error, "ctx", None)
+    where = ctx.command_path if ctx is not None else "kiln"
+    return f"{error.format_message()} (see `{where} --help`)"  # type: ignore[attr-defined]
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; the one place where errors become exit codes."""
     try:
@@ -99,15 +125,16 @@ def main(argv: list[str] | None = None) -> None:
         if error.hint:
             err.print(f"  hint: {error.hint}")
         sys.exit(int(error.exit_code))
-    except click.exceptions.Abort:
+    except (*ABORT, KeyboardInterrupt):
         err.print("interrupted")
         sys.exit(int(ExitCode.INTERRUPTED))
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        sys.exit(int(ExitCode.INTERRUPTED))
-    except click.ClickException as error:
-        error.show()
-        sys.exit(error.exit_code)
-    except click.exceptions.Exit as exit_:
-        sys.exit(exit_.exit_code)
+    except USAGE_ERROR as error:
+        err.print("[bold red]error:[/] ", end="")
+        err.print(_usage_line(error), markup=False, highlight=False)
+        sys.exit(int(ExitCode.INVALID_INPUT))
+    except CLICK_ERROR as error:
+        error.show()  # type: ignore[attr-defined]
+        sys.exit(error.exit_code)  # type: ignore[attr-defined]
+    except CLICK_EXIT as exit_:
+        sys.exit(exit_.exit_code)  # type: ignore[attr-defined]
     sys.exit(int(result or 0))
