@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 import posixpath
 import shlex
-from typing import Any
+
+from kiln.inventory import Node
 
 WORKER_ROOT = "/tmp/kiln-worker"  # noqa: S108 - the worker's own scratch; --delete cleans it
 
@@ -26,10 +27,10 @@ def _expand(path: str) -> str:
     return os.path.expanduser(path)
 
 
-def ssh_command(node: Any, remote_argv: list[str]) -> list[str]:
+def ssh_command(node: Node, remote_argv: list[str]) -> list[str]:
     """The argv that runs `remote_argv` on the worker `node` over ssh."""
-    hostvars = dict(getattr(node, "hostvars", {}) or {})
-    address = str(hostvars.get("ansible_host") or getattr(node, "address", None) or node.name)
+    hostvars = node.hostvars
+    address = str(hostvars.get("ansible_host") or node.address)
     argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=30"]
     extra: list[str] = []
     for key in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
@@ -61,5 +62,5 @@ def worker_argv(runner: str, directory: str) -> list[str]:
     return [runner, "worker", "--private-data-dir", directory, "--delete"]
 
 
-def worker_command(node: Any, runner: str, directory: str) -> list[str]:
+def worker_command(node: Node, runner: str, directory: str) -> list[str]:
     return ssh_command(node, worker_argv(runner, directory))
