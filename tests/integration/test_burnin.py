@@ -1,10 +1,13 @@
-"""End to end: `kiln burnin` through real Slurm on the sandbox, a slowed node drained by name.
+"""End to end: `kiln burnin` through real Slurm on the sandbox, a slowed node drained by name,
+a busy node left alone.
 
-The CPU suite: FP32 GEMM per node (a Slurm job array) and a real gloo all-reduce between the
-two containers (srun across both). Then one node's CPU quota is cut to 5 % of a core with
-`docker update`: its GEMM falls below the `none` profile's floor and below half of the fleet
-median, so it is flagged by name and drained with kiln's reason; with the quota restored a
-second burn-in passes and resumes it (kiln drained it, so kiln may resume it).
+The CPU suite: FP32 GEMM per node (one Slurm job pinned to each node) and a real gloo all-reduce
+between the two containers (srun across both). Then one node's CPU quota is cut to 5 % of a
+core with `docker update`: its GEMM falls below the `none` profile's floor and below half of the
+fleet median, so it is flagged by name and drained with kiln's reason; with the quota restored a
+second burn-in passes and resumes it (kiln drained it, so kiln may resume it). A node held by
+a running `sleep` job outside the reservation is "not tested (busy)" and stays in service while
+the other is tested on itself (exit 1: incomplete); with `--wait` it is tested once its job ends.
 """
 
 from __future__ import annotations
@@ -139,3 +142,82 @@ def test_burnin_passes_then_drains_a_slowed_node_and_resumes_it(provisioned_sand
     assert doc["passed"] is True and doc["resumed"] == [slow] and doc["drained"] == {}
     state = _on_controller(cluster, f"scontrol show node {slow}")
     assert "DRAIN" not in state, state
+
+
+def _slurm(cluster, command: str) -> tuple[int | None, str]:
+    """A command on the controller whose failure is an answer, not an error: (exit, stdout)."""
+    from kiln.fleet import run_command
+
+    result = run_command(cluster.controllers[:1], command, timeout=60).results[0]
+    return result.exit_code, result.stdout.strip()
+
+
+def _hold(cluster, node: str, seconds: int) -> str:
+    """A job outside any reservation holding `node` (a `sleep`), running: its id."""
+    if "DRAIN" in _on_controller(cluster, f"scontrol show node {node}"):
+        _on_controller(cluster, f"scontrol update nodename={node} state=resume")
+    job = _on_controller(cluster, f"sbatch --parsable -w {node} --wrap 'sleep {seconds}'")
+    job = job.strip().split(";")[0]
+    deadline = time.monotonic() + 120
+    while _slurm(cluster, f"squeue --noheader -j {job} -o %T")[1] != "RUNNING":
+        assert time.monotonic() < deadline, f"job {job} never started on {node}"
+        time.sleep(2)
+    return job
+
+
+def test_a_busy_node_is_not_tested_and_stays_in_service_then_wait_tests_it(
+    provisioned_sandbox, tmp_path
+):
+    """One node held by a running job outside the reservation: it is reported "not tested
+    (busy)" naming the job, left in service (not drained, its job still running), and the run
+    is incomplete (exit 1); the other node is tested on itself and passes. With --wait, a
+    short job is waited for (progress names the node and the job) and both nodes are tested."""
+    inventory = _with_overrides(_inventory(provisioned_sandbox), tmp_path / "inventory")
+    cluster = require_valid(inventory)
+    nodes = [n.name for n in cluster.compute]
+    busy, free = nodes[-1], nodes[0]
+    home = tmp_path / "home"
+
+    # 1. Busy without --wait: not tested, never drained; the free node tested on itself.
+    job = _hold(cluster, busy, 900)
+    try:
+        rc, doc, stderr, _ = _burnin(inventory, home)
+        assert rc == 1, stderr[-4000:]
+        assert doc["passed"] is False
+        assert list(doc["not_tested"]) == [busy], doc["not_tested"]
+        assert doc["not_tested"][busy].startswith(f"not tested (busy): job {job} "), doc
+        assert doc["drained"] == {} and doc["nodes"] == nodes[:-1]
+        failing = {(v["node"], v["check"]) for v in doc["report"]["verdicts"] if not v["passed"]}
+        assert failing == {(busy, "tested")}, failing
+        assert doc["report"]["not_tested"] == doc["not_tested"]
+        assert f"job {job}" in stderr and "not tested (busy)" in stderr
+        record = Path(doc["record"])
+        assert json.loads((record / "gemm" / f"{free}.json").read_text())["host"] == free
+        assert not (record / "gemm" / f"{busy}.json").exists()
+        state = _on_controller(cluster, f"scontrol show node {busy}")
+        assert "DRAIN" not in state, state  # stays in service
+        assert _slurm(cluster, f"squeue --noheader -j {job} -o %T")[1] == "RUNNING"
+        assert "No reservations" in _on_controller(cluster, "scontrol show reservation")
+    finally:
+        _slurm(cluster, f"scancel {job}")
+
+    # 2. --wait: a short job is waited for, then both nodes are tested and pass.
+    deadline = time.monotonic() + 120
+    while _slurm(cluster, f"squeue --noheader -w {busy}")[1]:
+        assert time.monotonic() < deadline, f"{busy} still runs jobs"
+        time.sleep(2)
+    job = _hold(cluster, busy, 45)
+    try:
+        rc, doc, stderr, waited = _burnin(
+            inventory, home, "--skip-runtime", "--wait", "--wait-timeout", "5"
+        )
+    finally:
+        _slurm(cluster, f"scancel {job}")
+    assert rc == 0, stderr[-4000:]
+    assert doc["passed"] is True and doc["not_tested"] == {} and sorted(doc["nodes"]) == nodes
+    waiting = [line for line in stderr.splitlines() if "waiting for 1 busy node(s)" in line]
+    assert waiting and busy in waiting[0] and f"job {job}" in waiting[0], stderr[-4000:]
+    record = Path(doc["record"])
+    for node in nodes:
+        assert json.loads((record / "gemm" / f"{node}.json").read_text())["host"] == node
+    print(f"burn-in with --wait: {waited:.0f}s")

@@ -1,4 +1,6 @@
-"""The campaign's cleanup: an interrupt cancels, restores kiln's drains, deletes the reservation."""
+"""The campaign against Slurm and SSH doubles: an interrupt cancels, restores kiln's drains and
+deletes the reservation; every per-node job is pinned to its node and a result from another host
+is rejected; a busy node is "not tested (busy)", never drained, and the run exits 1."""
 
 from __future__ import annotations
 
@@ -29,16 +31,17 @@ class FakeController:
         answers = []
         for argv in steps:
             self.commands.append(shlex.join(argv))
-            if argv[0] == self.fail_on:
+            polling = argv[0] == "squeue" and any(a.startswith("--jobs=") for a in argv)
+            if argv[0] == self.fail_on and (polling or argv[0] != "squeue"):
                 raise KeyboardInterrupt
             answers.append(Step(tuple(argv), 0, ""))
         return answers
 
-    def submit(self, script: str, what: str) -> str:
-        self.commands.append(commands.sbatch(script).splitlines()[0])
+    def submit_many(self, scripts, what: str) -> tuple[list[str | None], str]:
+        self.commands += [commands.sbatch(script).splitlines()[0] for script in scripts]
         if self.fail_on == "sbatch":
             raise KeyboardInterrupt
-        return "17"
+        return ["17"] * len(scripts), ""
 
 
 @pytest.mark.parametrize("fail_on", ["sbatch", "squeue"])
@@ -55,7 +58,8 @@ def test_interrupt_restores_drains_and_deletes_the_reservation(tmp_path, fail_on
         campaign.run()
     res = "kiln-burnin-run"
     assert ctl.commands[0].startswith(f"scontrol create reservation reservationname={res} ")
-    assert ctl.commands[1] == f"scontrol update nodename={nodes[0]} state=resume"
+    assert ctl.commands[1].startswith("squeue --noheader --all '--nodelist=")  # busy nodes?
+    assert ctl.commands[2] == f"scontrol update nodename={nodes[0]} state=resume"
     tail = ctl.commands[-2:]
     assert tail == [
         f"scontrol update nodename={nodes[0]} state=drain "
@@ -76,9 +80,12 @@ class RecordingController:
         self.commands += [shlex.join(argv) for argv in steps]
         return [Step(tuple(argv), 0, "") for argv in steps]
 
-    def submit(self, script: str, what: str) -> str:
-        self.commands.append(commands.sbatch(script))
-        return str(len(self.commands))
+    def submit_many(self, scripts, what: str) -> tuple[list[str | None], str]:
+        ids = []
+        for script in scripts:
+            self.commands.append(commands.sbatch(script))
+            ids.append(str(len(self.commands)))
+        return ids, ""
 
 
 def test_infiniband_nodes_are_read_before_and_after_and_their_rails_run_in_rounds(
@@ -198,3 +205,292 @@ def test_the_command_composes_install_run_judge_and_report(tmp_path, monkeypatch
     assert not outcome.report.passed  # no results came back: every tested node fails
     for name in ("report.json", "report.xml", "report.html"):
         assert (outcome.run_dir / name).is_file()
+
+
+# -- every per-node test on the node it names; busy nodes not tested, never drained ---------
+
+CPU2 = Path(__file__).resolve().parents[1] / "fixtures" / "burnin" / "cpu2" / "run"
+NODE1, NODE2 = "kiln-node01", "kiln-node02"
+
+
+def gemm_doc(host: str | None) -> str:
+    """The recorded CPU GEMM document, with the host the job wrapper says it ran on."""
+    import json
+
+    doc = json.loads((CPU2 / "gemm" / "kiln-node01.json").read_text())
+    if host is not None:
+        doc["host"] = host
+    return json.dumps(doc)
+
+
+class Slurm:
+    """Slurm on the controller, answered: the jobs holding each node outside the reservation
+    (`squeue --nodelist ... --states ...`, one answer per query, the last one repeated), job
+    ids for sbatch, and the queue of kiln's jobs (`squeue --jobs`: `pending` ids stay PENDING)."""
+
+    def __init__(self, holding=("",), pending=()) -> None:
+        self.commands: list[str] = []
+        self.holding = list(holding)
+        self.pending = set(pending)
+        self.scripts: dict[str, str] = {}  # job id -> script
+
+    def _answer(self, argv) -> str:
+        if argv[0] != "squeue":
+            return ""
+        if not any(a.startswith("--jobs=") for a in argv):
+            return self.holding.pop(0) if len(self.holding) > 1 else self.holding[0]
+        ids = next(a for a in argv if a.startswith("--jobs="))[len("--jobs=") :].split(",")
+        return "".join(f"{i}|PENDING|Resources\n" for i in ids if i in self.pending)
+
+    def run(self, steps, *, check: bool = True) -> list[Step]:
+        self.commands += [shlex.join(argv) for argv in steps]
+        return [Step(tuple(argv), 0, self._answer(argv)) for argv in steps]
+
+    def submit(self, script: str, what: str) -> str:
+        self.commands.append(commands.sbatch(script))
+        job = str(100 + len(self.scripts))
+        self.scripts[job] = script
+        return job
+
+    def submit_many(self, scripts, what: str) -> tuple[list[str | None], str]:
+        return [self.submit(script, what) for script in scripts], ""
+
+    def node_jobs(self) -> dict[str, str]:
+        """The node each per-node job is pinned to -> its script."""
+        found = {}
+        for script in self.scripts.values():
+            if "--job-name=kiln-burnin-node" in script:
+                (line,) = [x for x in script.splitlines() if x.startswith("#SBATCH --nodelist=")]
+                found[line.split("=", 1)[1]] = script
+        return found
+
+
+def results_from(monkeypatch, files: dict[str, dict[str, str]]) -> None:
+    """What each node's fetch returns: node -> {record path: text} (results it holds)."""
+    import json
+
+    from kiln.fleet import NodeResult, Status
+
+    def over_ssh(group, command):
+        return [
+            NodeResult(n.name, n.address, Status.OK, 0, json.dumps(files.get(n.name, {})))
+            for n in group
+        ]
+
+    monkeypatch.setattr(collect, "run_as_root", over_ssh)
+
+
+def campaign_on(tmp_path, ctl, drained=None, **options):
+    cluster = require_valid(SANDBOX)
+    outcome = C.BurninOutcome(
+        "RUN", tmp_path / "run", resolve_suite(cluster.burnin), [NODE1, NODE2],
+        BurninReport(cluster.name),
+    )  # fmt: skip
+    lines: list[str] = []
+    run = C._Campaign(
+        cluster, C.BurninOptions(poll_seconds=0, **options), ctl, outcome, lines.append,
+        drained or {},
+    )  # fmt: skip
+    run.run()
+    return outcome, lines
+
+
+class Clock:
+    """time.monotonic and time.sleep for the campaign: each reading moves on `step` seconds."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def monotonic(self) -> float:
+        self.now += self.step
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_every_per_node_job_is_pinned_to_the_node_it_names(tmp_path, monkeypatch):
+    ctl = Slurm()
+    fabric = (CPU2 / "allreduce" / "fabric-ring.json").read_text()
+    results_from(
+        monkeypatch,
+        {
+            NODE1: {f"gemm/{NODE1}.json": gemm_doc(NODE1), "allreduce/fabric-ring.json": fabric},
+            NODE2: {f"gemm/{NODE2}.json": gemm_doc(NODE2)},
+        },
+    )
+    outcome, _ = campaign_on(tmp_path, ctl)
+    jobs = ctl.node_jobs()
+    assert sorted(jobs) == [NODE1, NODE2]
+    for node, script in jobs.items():
+        assert "#SBATCH --nodes=1" in script and "--array" not in script
+        assert f"\nnode={node}  # the node this job tests" in script
+        assert 'save "$out/gemm/$node.json" stamp ' in script
+    assert outcome.report.passed and outcome.report.not_tested == {}
+
+
+def test_a_result_from_another_host_is_rejected_and_the_node_is_not_tested(tmp_path, monkeypatch):
+    """kiln-node02's job ran on kiln-node01 (its result came home from there, the host field
+    says so): kiln-node02 is "not tested", naming both hosts, and stays in service."""
+    ctl = Slurm()
+    fabric = (CPU2 / "allreduce" / "fabric-ring.json").read_text()
+    results_from(
+        monkeypatch,
+        {
+            NODE1: {
+                f"gemm/{NODE1}.json": gemm_doc(NODE1),
+                f"gemm/{NODE2}.json": gemm_doc(NODE1),
+                "allreduce/fabric-ring.json": fabric,
+            },
+        },
+    )
+    outcome, _ = campaign_on(tmp_path, ctl)
+    report = outcome.report
+    assert {(v.node, v.check) for v in report.failures} == {(NODE2, "tested")}
+    assert report.not_tested == {NODE2: f"not tested: its result came from {NODE1}, not {NODE2}"}
+    assert {(v.node, v.check) for v in report.failures} == {(NODE2, "tested")}
+    assert outcome.drained == {} and not any("state=drain" in c for c in ctl.commands)
+    assert not report.passed  # incomplete
+    assert NODE2 not in report.node_profiles and NODE1 in report.node_profiles
+
+
+def test_a_busy_node_is_not_tested_not_drained_and_the_run_is_incomplete(tmp_path, monkeypatch):
+    """kiln-node02 runs job 4711 outside the reservation: no burn-in job is submitted for it,
+    the reservation lets it go, it is reported "not tested (busy)" naming the job, and it is
+    never drained; kiln-node01 is tested on itself and passes."""
+    ctl = Slurm(holding=[f"4711|RUNNING|alice|(null)|{NODE2}\n"])
+    results_from(monkeypatch, {NODE1: {f"gemm/{NODE1}.json": gemm_doc(NODE1)}})
+    outcome, lines = campaign_on(tmp_path, ctl)
+    assert outcome.drained == {} and not any("state=drain" in c for c in ctl.commands)
+    busy = "not tested (busy): job 4711 (alice) runs on it outside the reservation"
+    assert outcome.not_tested == {NODE2: busy}
+    assert outcome.report.not_tested == {NODE2: busy}
+    assert list(ctl.node_jobs()) == [NODE1]
+    assert not any(NODE2 in s for s in ctl.scripts.values())  # no job names the busy node
+    assert f"scontrol update reservationname=kiln-burnin-run nodes={NODE1}" in ctl.commands
+    assert outcome.drained == {} and not any("state=drain" in c for c in ctl.commands)
+    assert {(v.node, v.check) for v in outcome.report.failures} == {(NODE2, "tested")}
+    assert not outcome.report.passed
+    assert any(NODE2 in line and "4711" in line for line in lines)
+    assert outcome.to_dict()["not_tested"] == {NODE2: busy}
+
+
+def test_a_kiln_drained_busy_node_keeps_its_drain(tmp_path, monkeypatch):
+    """A node kiln had quarantined that is busy is neither resumed nor tested: its drain stays."""
+    ctl = Slurm(holding=["4711|COMPLETING|bob|(null)|kiln-node[01-02]\n"])
+    results_from(monkeypatch, {})
+    outcome, _ = campaign_on(tmp_path, ctl, {NODE2: "kiln: quarantined until burn-in passes"})
+    assert sorted(outcome.not_tested) == [NODE1, NODE2]
+    assert not any("state=resume" in c or "state=drain" in c for c in ctl.commands)
+    assert ctl.scripts == {} and outcome.resumed == []
+    assert ctl.commands[-1] == "scontrol delete reservationname=kiln-burnin-run"
+
+
+def test_a_job_that_never_starts_before_the_deadline_leaves_its_node_not_tested(
+    tmp_path, monkeypatch
+):
+    """Busy in a way squeue did not show at the start: kiln-node02's pinned job is still
+    pending at the deadline; it is cancelled and the node is "not tested (busy)", not drained
+    (a resumed kiln-drained node gets its drain back)."""
+    ctl = Slurm()
+    ctl.pending = {"101"}  # the second job: kiln-node02's
+    results_from(monkeypatch, {NODE1: {f"gemm/{NODE1}.json": gemm_doc(NODE1)}})
+    monkeypatch.setattr(C, "time", Clock(step=600))
+    quarantine = "kiln: quarantined until burn-in passes"
+    outcome, _ = campaign_on(tmp_path, ctl, {NODE2: quarantine})
+    assert ctl.node_jobs()[NODE2] == ctl.scripts["101"]
+    assert outcome.not_tested == {
+        NODE2: "not tested (busy): its job 101 never started before the deadline (Resources)"
+    }
+    assert any(c.startswith("scancel") and "101" in c for c in ctl.commands)
+    assert outcome.drained == {}
+    drains = [c for c in ctl.commands if "state=drain" in c]
+    assert drains == [f"scontrol update nodename={NODE2} state=drain 'reason={quarantine}'"]
+    assert outcome.resumed == []
+
+
+def test_wait_polls_the_busy_nodes_naming_their_jobs_then_tests_them(tmp_path, monkeypatch):
+    holder = f"4711|RUNNING|alice|(null)|{NODE2}\n"
+    ctl = Slurm(holding=[holder, holder, ""])
+    fabric = (CPU2 / "allreduce" / "fabric-ring.json").read_text()
+    results_from(
+        monkeypatch,
+        {
+            NODE1: {f"gemm/{NODE1}.json": gemm_doc(NODE1), "allreduce/fabric-ring.json": fabric},
+            NODE2: {f"gemm/{NODE2}.json": gemm_doc(NODE2)},
+        },
+    )
+    outcome, lines = campaign_on(tmp_path, ctl, wait_minutes=30)
+    waiting = [line for line in lines if line.startswith("waiting")]
+    assert waiting and all(NODE2 in line and "job 4711" in line for line in waiting)
+    assert sorted(ctl.node_jobs()) == [NODE1, NODE2]
+    assert outcome.not_tested == {} and outcome.report.passed
+    assert not any(c.startswith("scontrol update reservationname") for c in ctl.commands)
+
+
+def test_wait_gives_up_at_its_timeout(tmp_path, monkeypatch):
+    ctl = Slurm(holding=[f"4711|RUNNING|alice|(null)|{NODE2}\n"])
+    results_from(monkeypatch, {NODE1: {f"gemm/{NODE1}.json": gemm_doc(NODE1)}})
+    monkeypatch.setattr(C, "time", Clock(step=60))
+    outcome, lines = campaign_on(tmp_path, ctl, wait_minutes=5)
+    assert list(outcome.not_tested) == [NODE2]
+    assert any("gave up" in line and NODE2 in line for line in lines)
+    assert list(ctl.node_jobs()) == [NODE1]
+
+
+def test_kiln_burnin_exits_1_when_a_node_was_not_tested(tmp_path, monkeypatch, capsys):
+    import json
+
+    from kiln.commands import burnin as command
+    from kiln.slurmctl.state import NodeState
+
+    class Busy(Slurm):
+        def show(self, names):
+            return {n: NodeState(n, "mixed" if n == NODE2 else "idle") for n in names}
+
+    ctl = Busy(holding=[f"4711|RUNNING|alice|(null)|{NODE2}\n"])
+    monkeypatch.setenv("KILN_HOME", str(tmp_path / "state"))
+    monkeypatch.setattr(C, "Controller", lambda cluster, root: ctl)
+    results_from(monkeypatch, {NODE1: {f"gemm/{NODE1}.json": gemm_doc(NODE1)}})
+    rc = command.burnin(SANDBOX, json=True, skip_runtime=True)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["drained"] == {} and list(doc["not_tested"]) == [NODE2]
+    assert doc["passed"] is False and rc == 1
+
+
+def test_judging_rejects_results_from_another_host_and_never_drains_an_untested_node():
+    """On the 8-node H100 run: gpu001's GEMM says it ran on gpu002, gpu003's node all-reduce
+    ran on gpu004, gpu008 (whose job timed out) was busy. Each is "not tested" with its reason,
+    has no other verdict, is not drained, and the report round-trips with them."""
+    import dataclasses
+
+    from kiln.judging import judge
+    from kiln.records.burnin import load_run
+
+    gpu8 = Path(__file__).resolve().parents[1] / "fixtures" / "burnin" / "gpu8"
+    cluster = require_valid(gpu8 / "inventory")
+    run = load_run(gpu8 / "run")
+    run.gemm["gpu001"] = dataclasses.replace(run.gemm["gpu001"], host="gpu002.cluster")
+    run.allreduce = [
+        dataclasses.replace(a, hosts=("gpu004",)) if a.job == "node-gpu003" else a
+        for a in run.allreduce
+    ]
+    busy = "not tested (busy): job 4711 (alice) runs on it outside the reservation"
+    report = judge(
+        cluster, run.gemm, run.allreduce, missing_jobs=run.missing_jobs,
+        not_tested={"gpu008": busy},
+    )  # fmt: skip
+    assert report.not_tested == {
+        "gpu008": busy,
+        "gpu001": "not tested: its result came from gpu002, not gpu001",
+        "gpu003": "not tested: its all-reduce ran on gpu004, not gpu003",
+    }
+    for node in report.not_tested:
+        assert [v.check for v in report.verdicts if v.node == node] == ["tested"]
+        assert node not in report.drain() and node not in report.node_profiles
+    assert "node-gpu003" not in {a.job for a in report.allreduce}
+    assert not report.passed and not report.complete
+    actions = {v.node: str(v.action) for v in report.failures if v.check == "tested"}
+    assert actions == {"gpu008": "none", "gpu001": "investigate", "gpu003": "investigate"}
+    again = BurninReport.from_dict(report.to_dict())
+    assert again.not_tested == report.not_tested and again.to_dict()["summary"]["not_tested"] == 3

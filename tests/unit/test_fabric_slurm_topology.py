@@ -49,10 +49,12 @@ def test_plan_renders_topology_conf_from_the_fabric_not_the_racks(tmp_path):
     cluster = require_valid(inventory(tmp_path))
     conf = next(f for f in make_plan(cluster).files if f.name == "topology.conf").content
     assert body(conf) == body(GOLDEN.read_text())  # the switches as cabled, three levels
-    assert "(fabric/ibnetdiscover.txt): 3 switch levels, leaves first." in conf
+    assert "(fabric/ibnetdiscover.txt): 4 switch levels, leaves first." in conf
     # The racks would have put gpu008 under leaf-r03: the fabric has it with gpu005-gpu007.
     assert "SwitchName=P1-SU2-IBLEAF-R0 Nodes=gpu[005-008]" in conf
-    assert "gpu017" not in conf  # not in the fabric: left out (validation warned)
+    # Not in the fabric (validation warned): under a leaf of its own, still schedulable.
+    assert "SwitchName=kiln-not-in-fabric Nodes=gpu017" in conf
+    assert "SwitchName=kiln-top Switches=CORE-01,CORE-02,kiln-not-in-fabric" in conf
 
 
 def test_the_capture_is_parsed_once_while_validating(tmp_path):
@@ -128,3 +130,99 @@ def test_the_settings_themselves(tmp_path, capsys, written, message):
     errors = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["level"] == "error"]
     assert [(f["file"], f["key"]) for f in errors] == [("group_vars/all.yml", "kiln_slurm")]
     assert message in errors[0]["message"]
+
+
+# --- TopologyPlugin on whenever topology.conf is written with content (issue 16) -------------
+
+REAL = FABRIC.parent / "real" / "ibnetdiscover"
+LINKED = REAL / "switchib_sx6012_edr_fdr_linked_switches_query_smp_timeout.txt"
+ONE_RACK = """---
+all:
+  children:
+    kiln_controllers:
+      hosts:
+        ctl01: {ansible_host: 10.0.0.10}
+    kiln_compute:
+      vars: {kiln_gpu_model: h100-sxm, kiln_ib_hcas: [HCA-1], kiln_rack: r01}
+      hosts:
+        r-ufm96:
+        r-ufm100:
+        r-ufm101:
+        r-ufm111:
+        r-ufm216:
+"""
+
+
+def one_rack(tmp_path: Path, text: str | None = None) -> Path:
+    """The five hosts of the real SwitchIB + SX6012 capture, all in one rack (one leaf), with
+    `text` (default: that capture) stored as the fabric."""
+    root = tmp_path / "one-rack"
+    (root / "group_vars").mkdir(parents=True)
+    (root / "hosts.yml").write_text(ONE_RACK)
+    (root / "group_vars" / "all.yml").write_text(
+        (FABRIC / "inventory-3level" / "group_vars" / "all.yml")
+        .read_text()
+        .replace("opensm_hosts: [gpu001, gpu009]", "opensm_hosts: [r-ufm101]")
+        .replace("link_rate_gbps: 400", "link_rate_gbps: 100")
+    )
+    (root / "fabric.txt").write_text(LINKED.read_text() if text is None else text)
+    with (root / "group_vars" / "all.yml").open("a") as all_vars:
+        all_vars.write(SLURM.format(path="fabric.txt"))
+    return root
+
+
+def files(root: Path) -> dict[str, str]:
+    return {f.name: f.content for f in make_plan(require_valid(root)).files}
+
+
+def test_the_topology_plugin_is_on_when_the_fabric_gives_topology_conf(tmp_path):
+    # The racks give one leaf, so the plugin used to stay off and the fabric's topology.conf
+    # was written and ignored.
+    without_diagnostic = LINKED.read_text().split("\n", 1)[1]
+    rendered = files(one_rack(tmp_path, without_diagnostic))
+    assert "SwitchName=" in rendered["topology.conf"]
+    assert "TopologyPlugin=topology/tree" in rendered["slurm.conf"]
+
+
+def test_a_diagnostic_line_is_a_warning_at_its_own_line_and_the_capture_still_serves(tmp_path):
+    root = one_rack(tmp_path)  # the real capture, libibmad's timeout on line 1
+    found = findings(root)
+    assert [f for f in found if f[0] == "error"] == []
+    (warning,) = [f for f in found if f[0] == "warning"]
+    assert warning[1:3] == ("fabric.txt:1", "kiln_slurm")
+    assert warning[3].startswith("kiln_slurm.ibnetdiscover_file fabric.txt: line 1 skipped ")
+    assert "bad status 110; Connection timed out" in warning[3]
+    rendered = files(root)
+    assert (
+        "SwitchName=kiln-top Switches=switch-de779e,switch-e41d2d030003e470"
+        in (rendered["topology.conf"])
+    )
+    assert "TopologyPlugin=topology/tree" in rendered["slurm.conf"]
+
+
+def test_many_skipped_lines_are_summed_up_after_the_first_few(tmp_path):
+    timeout = LINKED.read_text().split("\n", 1)[0]
+    root = one_rack(tmp_path, "\n".join([timeout] * 8) + "\n" + LINKED.read_text())
+    warnings = [f for f in findings(root) if f[0] == "warning"]
+    assert [w[1] for w in warnings] == [f"fabric.txt:{n}" for n in range(1, 7)]
+    assert "4 more line(s) skipped (lines 6-9)" in warnings[-1][3]
+
+
+def test_a_capture_with_nothing_usable_or_no_switch_is_an_error(tmp_path):
+    failed = (REAL / "failed_cannot_open_mad_port.txt").read_text()
+    (error,) = [f for f in findings(one_rack(tmp_path / "a", failed)) if f[0] == "error"]
+    assert error[1:3] == ("fabric.txt:3", "kiln_slurm")  # the line that says why
+    assert "no switch or CA found" in error[3]
+    lone = (REAL / "dgx_gb200_one_ca_no_link.txt").read_text()  # a node whose port is down
+    errors = [f for f in findings(one_rack(tmp_path / "b", lone)) if f[0] == "error"]
+    assert ("fabric.txt", "kiln_slurm") in [e[1:3] for e in errors]
+    assert any("shows no switch" in e[3] for e in errors)
+
+
+def test_the_plugin_follows_what_topology_conf_holds():
+    from kiln.render.context import cluster_context
+
+    racks = require_valid(FABRIC / "inventory-3level")
+    assert cluster_context(racks)["kiln"]["topology_plugin"] is True  # racks: leaves
+    assert cluster_context(racks, fabric_switches=0)["kiln"]["topology_plugin"] is False
+    assert cluster_context(racks, fabric_switches=3)["kiln"]["topology_plugin"] is True

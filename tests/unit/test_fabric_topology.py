@@ -3,6 +3,7 @@ tree, rail-0 placement, and the disagreements with the inventory."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -46,7 +47,10 @@ def test_three_level_golden_through_the_cli(tmp_path, capsys):
     code, stdout, stderr = run(argv, capsys)
     assert code == 0 and stdout == ""
     assert out.read_text() == (FABRIC / "golden/topology-3level.conf").read_text()
-    assert "3 levels, 4 leaves, 16 inventory hosts placed" in stderr
+    # gpu017 is not in the fabric: it goes under a leaf kiln adds, joined at a top kiln adds
+    assert "4 levels, 5 leaves, 16 inventory hosts placed" in stderr
+    assert "kiln added kiln-not-in-fabric (gpu017)" in stderr
+    assert "kiln added kiln-top (CORE-01, CORE-02, kiln-not-in-fabric)" in stderr
 
 
 def test_each_host_sits_under_the_leaf_of_its_rail0_hca():
@@ -103,7 +107,8 @@ def test_strict_json_and_a_leaf_named_in_the_inventory(tmp_path, capsys):
     code, stdout, _ = run(argv, capsys)
     assert code == 1
     document = json.loads(stdout)
-    assert document["kiln"] == "fabric topology" and document["levels"] == 3
+    assert document["kiln"] == "fabric topology" and document["levels"] == 4
+    assert document["not_in_fabric"] == ["gpu017"] and document["skipped_lines"] == []
     differs = [d for d in document["disagreements"] if d["kind"] == "leaf-differs"]
     assert differs == [{
         "kind": "leaf-differs", "subject": "gpu004",
@@ -150,3 +155,58 @@ def test_a_failed_gather_says_where_and_why(monkeypatch, capsys):
     assert code == 1
     assert "ibnetdiscover on gpu005 failed (failed)" in stderr
     assert "can't open UMAD port" in stderr
+
+
+# --- Two switches that both carry hosts, cabled to each other without a spine (issue 16) -----
+
+LINKED = (
+    FIXTURES / "real/ibnetdiscover/switchib_sx6012_edr_fdr_linked_switches_query_smp_timeout.txt"
+)
+
+
+def reaches(topology, switch_name: str) -> set[str]:
+    """The hosts a switch reaches through its descendants, as Slurm's tree plugin counts them."""
+    by_name = {s.name: s for s in topology.switches}
+    switch = by_name[switch_name]
+    found = set(switch.nodes)
+    for child in switch.switches:
+        found |= reaches(topology, child)
+    return found
+
+
+def test_two_leaves_cabled_to_each_other_share_an_ancestor():
+    # Real capture: a SwitchIB (r-ufm111, r-ufm216) and an SX6012 (r-ufm96/100/101) cabled
+    # port 3 <-> port 1, no spine. Slurm must find one switch that reaches every host, or it
+    # never places a job across the two.
+    text = LINKED.read_text().split("\n", 1)[1]  # without the diagnostic line (tested apart)
+    topology = build_topology(parse_ibnetdiscover(text))
+    hosts = set(topology.hosts)
+    assert hosts == {"r-ufm96", "r-ufm100", "r-ufm101", "r-ufm111", "r-ufm216"}
+    assert any(reaches(topology, s.name) == hosts for s in topology.switches)
+
+
+def test_a_given_capture_with_nothing_usable_exits_2(tmp_path, capsys, monkeypatch):
+    failed = FIXTURES / "real/ibnetdiscover/failed_cannot_open_mad_port.txt"
+    code, stdout, stderr = run(
+        ["fabric", "topology", str(INVENTORY), "--from", str(failed)], capsys
+    )
+    assert (code, stdout) == (2, "")
+    assert "no switch or CA found" in stderr and "discover failed" in stderr
+    monkeypatch.setattr("sys.stdin", io.StringIO(failed.read_text()))
+    code, _, _ = run(["fabric", "topology", str(INVENTORY), "--from", "-"], capsys)
+    assert code == 2
+    missing = tmp_path / "absent.txt"
+    code, _, stderr = run(["fabric", "topology", str(INVENTORY), "--from", str(missing)], capsys)
+    assert code == 2 and "cannot read" in stderr
+
+
+def test_skipped_lines_and_added_switches_are_shown(capsys):
+    argv = ["fabric", "topology", str(INVENTORY), "--from", str(LINKED), "--json"]
+    code, stdout, stderr = run(argv, capsys)
+    assert code == 0
+    assert f"skipped: {LINKED.name} line 1 skipped (diagnostic): 'src/query_smp.c:195;" in stderr
+    document = json.loads(stdout)
+    assert [(s["line"], s["reason"]) for s in document["skipped_lines"]] == [(1, "diagnostic")]
+    added = [s for s in document["switches"] if s["added_by_kiln"]]
+    # None of this inventory's hosts is in that fabric: no switch holds one, nothing is added.
+    assert added == [] and document["switches"] == []

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +33,7 @@ from kiln.gpu.packages import (
     stack_versions,
     upstream_version,
 )
+from kiln.gpu.rails import rail_check, topology_from_packed
 from kiln.gpu.trust import key_problem, primary_fingerprints
 from kiln.parsers import ParseError
 
@@ -40,6 +45,16 @@ GPG = FIXTURES / "gpg"
 NVLINK = FIXTURES / "real" / "nvidia-smi-nvlink"
 V100_BAD_LINKS = NVLINK / "v100_sxm2_7gpu_inactive_links_azhpc.txt"
 H100_BRIDGE = NVLINK / "h100_pcie_2gpu_nvlink_bridge_hpe.txt"
+A10_TEXT = FIXTURES / "real" / "nvidia-smi-q" / "a10_q_remapped_rows_pending_drv535_gpud.txt"
+H100_TEXT = FIXTURES / "real" / "nvidia-smi-q" / "h100_80gb_hbm3_8gpu_q_drv535_gpud.txt"
+TOPO = FIXTURES / "real" / "nvidia-smi-topo-m"
+TOPO_8NIC = TOPO / "h100_sxm_8nic_pix_nic_legend_drv570_sglang.txt"
+TOPO_12NIC = TOPO / "h100_hgx_12nic_ib_and_eth_nic_legend_mooncake.txt"
+TOPO_DGX_A100 = TOPO / "dgx_a100_oci_mlx5_columns.txt"
+TOPO_PCIE = TOPO / "rtx6000ada_4gpu_4nic_asus_esc8000a_nic_legend.txt"
+TOPO_SWAPPED = (
+    FIXTURES / "derived" / "nvidia-smi-topo-m" / "h100_sxm_8nic_mlx5_3_and_mlx5_5_swapped.txt"
+)
 
 
 def _summary(path: Path) -> dict:
@@ -188,6 +203,215 @@ def test_dcgm_quick_diagnostic_failures_from_a_real_run():
     assert diag_failures("Error: unable to connect to host engine") == [
         "unreadable dcgmi diag output (dcgmi diag: no result table found)"
     ]
+
+
+# --- plain-text nvidia-smi -q where the XML is not available --------------------------------
+
+
+def test_text_fallback_is_summarised_and_judged_like_the_xml():
+    """The real A10 whose rows wait for a reset: the same verdict the XML path gives."""
+    summary = summary_from_packed("", "", pack(A10_TEXT.read_text()))
+    assert summary["source"] == "nvidia-smi -q"
+    assert summary["gpus"][0]["remapped_rows_pending"] is True
+    assert check(summary, Expected(gpu_count=1, product_names=("NVIDIA A10",))) == [
+        "GPU 0 (00000000:07:00.0, serial 1324521052681): remapped rows pending (reset or reboot "
+        "the GPU)"
+    ]
+    healthy = summary_from_packed("", "", pack(H100_TEXT.read_text()))
+    expected = Expected(
+        gpu_count=8,
+        product_names=("NVIDIA H100 80GB HBM3",),
+        driver_version="535",
+        fabric_manager=True,
+    )
+    assert check(healthy, expected) == []
+    # The XML wins where both are there; it is what every other stage reads.
+    assert (
+        summary_from_packed(pack(V100S_8.read_text()), "", pack(A10_TEXT.read_text()))["source"]
+        == "nvidia-smi -q -x"
+    )
+
+
+def test_module_falls_back_to_text_and_reads_the_matrix(tmp_path):
+    """playbooks/library/kiln_nvidia_smi.py against a stand-in nvidia-smi whose -x fails."""
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        '  "-q -x") echo "Unknown option -x" >&2; exit 2 ;;\n'
+        f'  "-q") cat "{A10_TEXT}" ;;\n'
+        f'  "topo -m") cat "{TOPO_8NIC}" ;;\n'
+        "  *) exit 3 ;;\n"
+        "esac\n"
+    )
+    fake.chmod(0o755)
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"topology": True}}))
+    module = Path(__file__).parents[2] / "playbooks" / "library" / "kiln_nvidia_smi.py"
+    done = subprocess.run(
+        [sys.executable, str(module), str(args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"},
+        check=False,
+        timeout=60,
+    )
+    result = json.loads(done.stdout)
+    assert (result["exit_status"], result["xml_packed"], result["nvlink_packed"]) == (2, "", "")
+    assert result["error"] == "Unknown option -x"
+    assert unpack(result["text_packed"]) == A10_TEXT.read_text()
+    assert unpack(result["topo_packed"]) == TOPO_8NIC.read_text()
+
+
+# --- nvidia-smi topo -m -> rail wiring ---------------------------------------------------------
+
+RAILS_8 = [f"mlx5_{i}" for i in range(8)]
+
+
+def _topology(path: Path) -> dict:
+    return topology_from_packed(pack(path.read_text()))
+
+
+def test_rails_of_a_real_rail_optimised_h100_pass():
+    assert rail_check(_topology(TOPO_8NIC), RAILS_8) == {
+        "judged": True,
+        "problems": [],
+        "notes": [],
+    }
+
+
+def test_two_swapped_hcas_fail_naming_the_gpu_each_is_next_to():
+    """Derived from the capture above: mlx5_3 and mlx5_5 in each other's slots."""
+    assert rail_check(_topology(TOPO_SWAPPED), RAILS_8)["problems"] == [
+        "rail 3 (mlx5_3) is SYS from GPU3; nearest GPU is GPU5 (PIX)",
+        "rail 5 (mlx5_5) is SYS from GPU5; nearest GPU is GPU3 (PIX)",
+    ]
+
+
+def test_rails_declared_in_device_order_on_a_node_with_ethernet_ports_fail():
+    """Real H100 with 12 NICs: the IB rails are mlx5_0,3,4,5,6,9,10,11 (mlx5_1,2,7,8 are
+    Ethernet). Declared so, the node passes; declared as mlx5_0..7, every misplaced rail is
+    named with the GPU its HCA actually serves."""
+    topology = _topology(TOPO_12NIC)
+    rails = ["mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11"]
+    assert rail_check(topology, rails)["problems"] == []
+    assert rail_check(topology, RAILS_8)["problems"][:2] == [
+        "rail 1 (mlx5_1) is NODE from GPU1; nearest GPU is GPU0 (PIX)",
+        "rail 2 (mlx5_2) is NODE from GPU2; nearest GPU is GPU0 (PIX)",
+    ]
+
+
+def test_dgx_a100_rails_pass_and_a_storage_hca_is_named():
+    """DGX A100 (older driver, no NIC Legend): two GPUs share each PCIe switch (PXB)."""
+    topology = _topology(TOPO_DGX_A100)
+    compute = ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9"]
+    assert rail_check(topology, compute)["problems"] == []
+    wrong = compute[:4] + ["mlx5_4"] + compute[5:]
+    assert rail_check(topology, wrong)["problems"] == [
+        "rail 4 (mlx5_4) is SYS from GPU4; no GPU is closer than SYS: is the HCA in a slot of "
+        "the right PCIe switch?"
+    ]
+    # Four rails for eight GPUs: rail i serves GPUs 2i and 2i+1.
+    assert rail_check(topology, ["mlx5_0", "mlx5_2", "mlx5_6", "mlx5_8"])["problems"] == []
+
+
+def test_what_cannot_be_judged_is_noted_not_failed():
+    topology = _topology(TOPO_8NIC)
+    assert rail_check(None, RAILS_8)["notes"] == [
+        "nvidia-smi topo -m not read: rail wiring not judged"
+    ]
+    assert rail_check(topology, RAILS_8 + ["mlx5_8"])["notes"] == [
+        "9 rails for 8 GPUs: rail wiring not judged"
+    ]
+    named = rail_check(topology, ["0000:1a:00.0", "mlx5_9"])
+    assert named["problems"] == []
+    assert named["notes"] == [
+        "rail 0 (0000:1a:00.0): topo -m names HCAs by device name, not by GUID or PCI address; "
+        "not judged",
+        "rail 1 (mlx5_9): not in nvidia-smi topo -m; not judged",
+    ]
+    unreadable = topology_from_packed(pack("nothing here\n"))
+    assert "no matrix header" in rail_check(unreadable, RAILS_8)["notes"][0]
+    assert rail_check(topology, [])["judged"] is False
+
+
+def test_paths_that_count_as_next_to_are_overridable():
+    """A PCIe server whose HCAs hang off the CPU root ports (NODE) passes once NODE is allowed."""
+    topology = _topology(TOPO_PCIE)
+    rails = [f"mlx5_{i}" for i in range(4)]
+    assert len(rail_check(topology, rails)["problems"]) == 4
+    assert FILTERS["kiln_gpu_rails"](topology, rails, ["PIX", "PXB", "NODE"])["problems"] == []
+    # What Ansible hands over for a node that sent no matrix.
+    assert FILTERS["kiln_gpu_rails"]("", rails)["notes"] == [
+        "nvidia-smi topo -m not read: rail wiring not judged"
+    ]
+
+
+@pytest.mark.local
+def test_preflight_role_fails_a_node_with_swapped_rails(tmp_path):
+    """The preflight role through real ansible-playbook on this machine, its nvidia-smi a
+    stand-in (no XML, the real A10 text, the derived swapped matrix): the node fails naming
+    the pending row remap and both misplaced rails."""
+    playbook_bin = Path(sys.executable).parent / "ansible-playbook"
+    if not playbook_bin.exists():
+        pytest.skip("ansible-playbook is not installed beside python")
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        '  "-q -x") echo "Unknown option -x" >&2; exit 2 ;;\n'
+        f'  "-q") cat "{A10_TEXT}" ;;\n'
+        f'  "topo -m") cat "{TOPO_SWAPPED}" ;;\n'
+        "  *) exit 3 ;;\n"
+        "esac\n"
+    )
+    fake.chmod(0o755)
+    play = tmp_path / "play.yml"
+    play.write_text(
+        json.dumps(
+            [
+                {
+                    "hosts": "localhost",
+                    "gather_facts": False,
+                    "vars": {
+                        "kiln_gpu_model": "none",
+                        "kiln_gpu_count": 1,
+                        "kiln_ib_hcas": RAILS_8,
+                        "preflight_check_bmc": False,
+                        "preflight_check_ib": False,
+                    },
+                    "roles": ["preflight"],
+                }
+            ]
+        )
+    )
+    playbooks = Path(__file__).parents[2] / "playbooks"
+    cli = Path(__file__).parents[2] / "cli"
+    done = subprocess.run(
+        [str(playbook_bin), "-i", "localhost,", "-c", "local", str(play),
+         "-e", f"ansible_python_interpreter={sys.executable}"],
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            "PATH": f"{fake.parent}:{os.environ['PATH']}",
+            "PYTHONPATH": str(cli),
+            "ANSIBLE_ROLES_PATH": str(playbooks / "roles"),
+            "ANSIBLE_LIBRARY": f"{playbooks / 'library'}:{playbooks / 'roles/preflight/library'}",
+            "ANSIBLE_FILTER_PLUGINS": str(playbooks / "filter_plugins"),
+            "ANSIBLE_LOCALHOST_WARNING": "false",
+        },
+        check=False,
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout[-2000:]
+    assert (
+        "GPU 0 (00000000:07:00.0, serial 1324521052681): remapped rows pending (reset or reboot "
+        "the GPU); rail 3 (mlx5_3) is SYS from GPU3; nearest GPU is GPU5 (PIX); rail 5 (mlx5_5) "
+        "is SYS from GPU5; nearest GPU is GPU3 (PIX)"
+    ) in done.stdout
 
 
 # --- packages --------------------------------------------------------------------------------

@@ -69,5 +69,20 @@ def test_malformed_line_is_named() -> None:
 
 
 def test_not_ibstat_output() -> None:
-    with pytest.raises(ParseError, match="expected \"CA '<name>'\""):
+    # Nothing usable: the error names the line that says why (it is skipped, not read).
+    with pytest.raises(ParseError, match="no CA found") as info:
         parse_ibstat("ibstat: command not found\n")
+    assert info.value.line_no == 1
+
+
+PANIC = FIXTURES / "derived/ibstat/h100_cx7_ibpanic_at_second_ca.txt"
+
+
+def test_a_panic_folded_in_is_skipped_and_the_cas_before_it_kept() -> None:
+    # libibumad's real panic (rdma-core#239) where ibstat stopped: skipped and named by line.
+    skipped: list = []
+    cas = parse_ibstat(PANIC.read_text(), skipped)
+    assert [ca.name for ca in cas] == ["mlx5_0"] and cas[0].ports[0].is_up
+    assert [(s.line_no, s.reason) for s in skipped] == [(18, "diagnostic")]
+    assert "stat of IB device 'mlx5_1' failed" in skipped[0].line
+    assert [ca.name for ca in parse_ibstat(PANIC.read_text())] == ["mlx5_0"]  # no list: same

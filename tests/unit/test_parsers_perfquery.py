@@ -80,3 +80,25 @@ def test_readings_feed_the_same_rise_check_as_sysfs():
 def test_what_it_refuses(text, message):
     with pytest.raises(ParseError, match=message):
         parse_perfquery(text)
+
+
+NEWER = REAL / "rhel75_hca_lid10_port1_extended_qp1dropped.txt"
+FAILED = REAL / "failed_cannot_open_mad_port.txt"
+
+
+def test_a_newer_release_and_its_stderr_folded_in():
+    (port,) = parse_perfquery(NEWER.read_text())  # RHEL 7.5: QP1Dropped is printed too
+    assert (port.lid, port.port, port.counters["QP1Dropped"]) == (10, 1, 0)
+    assert errors(port) == {}
+    # The real lines of a failed perfquery ahead of a good answer: skipped, named by line.
+    skipped: list = []
+    (again,) = parse_perfquery(FAILED.read_text() + NEWER.read_text(), skipped)
+    assert again == port
+    assert [(s.line_no, s.reason) for s in skipped] == [(1, "diagnostic"), (2, "diagnostic")]
+
+
+def test_a_failed_perfquery_names_why():
+    with pytest.raises(ParseError, match="no '# ... counters") as info:
+        parse_perfquery(FAILED.read_text())
+    assert info.value.line_no == 2
+    assert info.value.line == "perfquery: iberror: failed: Failed to open '(null)' port '0'"

@@ -16,7 +16,18 @@ from kiln.profiles import (
     profile_for_product_name,
 )
 
-REQUIRED_IDS = {"h100-sxm", "h200-sxm", "b200", "a100-sxm-80g", "h100-pcie", "l40s", "none"}
+REQUIRED_IDS = {
+    "a100-sxm-40g",
+    "a100-sxm-80g",
+    "h100-sxm",
+    "h100-pcie",
+    "h100-nvl",
+    "h200-sxm",
+    "h200-nvl",
+    "b200",
+    "l40s",
+    "none",
+}
 GPU_IDS = sorted(REQUIRED_IDS - {"none"})
 
 
@@ -87,6 +98,9 @@ def test_datasheet_figures():
         "a100-sxm-80g": 312,
         "h100-pcie": 756,
         "l40s": 362,
+        "a100-sxm-40g": 312,  # the datasheet's 624 with sparsity, halved
+        "h100-nvl": 835,  # 1,671 with sparsity
+        "h200-nvl": 835,  # 1,671 with sparsity
     }
     for profile_id, tflops in expected_tflops.items():
         assert get_profile(profile_id).bf16_tflops == tflops
@@ -103,6 +117,15 @@ def test_datasheet_figures():
     assert get_profile("b200").open_kernel_modules is True
     assert get_profile("h100-sxm").open_kernel_modules is False
     assert not get_profile("l40s").nvlink
+    memory = {"a100-sxm-40g": 40, "h100-nvl": 94, "h200-nvl": 141, "h200-sxm": 141, "b200": 180}
+    assert {k: get_profile(k).memory_gib for k in memory} == memory
+    max_power = {"a100-sxm-40g": 400, "h100-nvl": 400, "h200-nvl": 600, "h200-sxm": 700}
+    assert {k: get_profile(k).power_limit_max_w for k in max_power} == max_power
+    for bridged in ("h100-nvl", "h200-nvl"):  # NVLink bridges between cards, no NVSwitch
+        p = get_profile(bridged)
+        assert p.nvlink and not p.nvswitch and not p.fabric_manager_required
+    # The 40GB part's intra-node floor against the real 8 x A100-SXM4-40GB capture (235 GB/s).
+    assert get_profile("a100-sxm-40g").burnin_floors.allreduce_busbw_gbs < 235
 
 
 def test_cpu_only_profile():
@@ -132,6 +155,9 @@ def test_get_profile_unknown_id_raises_key_error_naming_known_ids():
         ("NVIDIA A100-SXM4-80GB", "a100-sxm-80g"),
         ("NVIDIA H100 PCIe", "h100-pcie"),
         ("NVIDIA L40S", "l40s"),
+        ("NVIDIA A100-SXM4-40GB", "a100-sxm-40g"),
+        ("NVIDIA H100 NVL", "h100-nvl"),
+        ("NVIDIA H200 NVL", "h200-nvl"),
         ("  nvidia  h100 80gb hbm3 ", "h100-sxm"),  # whitespace and case are ignored
     ],
 )
@@ -143,7 +169,7 @@ def test_profile_for_product_name(product_name, profile_id):
 
 @pytest.mark.parametrize(
     "product_name",
-    ["NVIDIA A100-SXM4-40GB", "NVIDIA H200 NVL", "NVIDIA H100 NVL", "Tesla V100", ""],
+    ["NVIDIA A100-PCIE-40GB", "NVIDIA RTX A6000", "Tesla V100-SXM2-32GB", "Tesla V100", ""],
 )
 def test_profile_for_unknown_product_name_is_none(product_name):
     assert profile_for_product_name(product_name) is None
@@ -294,10 +320,14 @@ def test_nccl_too_new_for_old_cuda(compat):
 def test_b200_with_driver_550_fails(compat):
     versions = _versions(driver_branch=550, cuda="12.4", nccl="2.20.5", slurm="23.11")
     assert compat.check(versions, [get_profile("h100-sxm")]) == []  # tested, and fine for H100
-    [p] = errors(compat.check(versions, [get_profile("b200")]))
-    assert p.key == "driver_branch"
+    by_key = {p.key: p for p in errors(compat.check(versions, [get_profile("b200")]))}
+    assert set(by_key) == {"driver_branch", "cuda"}
+    p = by_key["driver_branch"]
     assert p.message == "b200 GPUs need driver branch >= 570; kiln_versions.driver_branch is 550"
     assert p.hint == "use driver branch 570 or newer"
+    assert by_key["cuda"].message == (
+        "b200 GPUs (blackwell) need CUDA >= 12.8; kiln_versions.cuda is 12.4"
+    )
 
 
 def test_h200_with_driver_535_fails_once_for_many_nodes(compat):
@@ -331,3 +361,43 @@ def test_several_problems_are_all_reported(compat):
 def test_versions_refuse_non_numeric_strings():
     with pytest.raises(ValidationError):
         _versions(cuda="latest")
+
+
+# ----------------------------------------------------------------------------- architectures
+
+
+def test_every_gpu_profile_names_its_architecture():
+    expected = {
+        "a100-sxm-40g": ("ampere", "8.0"),
+        "a100-sxm-80g": ("ampere", "8.0"),
+        "l40s": ("ada", "8.9"),
+        "h100-sxm": ("hopper", "9.0"),
+        "h100-pcie": ("hopper", "9.0"),
+        "h100-nvl": ("hopper", "9.0"),
+        "h200-sxm": ("hopper", "9.0"),
+        "h200-nvl": ("hopper", "9.0"),
+        "b200": ("blackwell", "10.0"),
+    }
+    found = {k: (p.architecture, p.compute_capability) for k, p in load_profiles().items()}
+    assert {k: found[k] for k in expected} == expected
+    assert found["none"] == (None, None)
+    assert {p.architecture for p in load_profiles().values() if p.is_gpu} <= set(
+        load_compat().architectures
+    )
+
+
+def test_a_gpu_profile_without_architecture_is_refused():
+    with pytest.raises(ValidationError, match="architecture"):
+        HardwareProfile(**_profile_data(architecture=None))
+
+
+def test_blackwell_on_a_cuda_12_8_toolkit_is_fine(compat):
+    versions = _versions()  # driver 570, CUDA 12.8: tested
+    assert errors(compat.check(versions, [get_profile("b200"), get_profile("h100-sxm")])) == []
+
+
+def test_an_architecture_whose_runtime_cannot_run_it_is_refused(compat):
+    data = compat.model_dump()
+    data["architectures"]["blackwell"]["burnin_runtime"] = "torch-2.5.1-cu124"
+    with pytest.raises(ValidationError, match="blackwell needs CUDA >= 12.8"):
+        CompatTable.model_validate(data)

@@ -8,28 +8,33 @@ nodes first and renders the report after; the campaign in between:
 
 1. Isolation: a maintenance reservation over the selected nodes (`flags=maint,ignore_jobs`,
    `users=root`): no production job starts on them while it exists, and jobs already running
-   are never touched (ours queue behind them, `--exclusive`). Nodes that kiln drained earlier
+   are never touched. A node such a job holds is busy: it is "not tested (busy)", let out of
+   the reservation and never drained (the run is incomplete); with `wait_minutes` kiln first
+   polls until the busy nodes are free, then tests them. Nodes that kiln drained earlier
    (their reason is kiln's: quarantine or a failed burn-in) are resumed INSIDE the reservation,
    so they run burn-in but still take no production work. Nodes drained or down for any other
    reason are left alone and skipped (kiln.burnin.nodes).
-2. The jobs (kiln.burnin.jobs, submitted through kiln.slurmctl): a node array, the fabric
-   all-reduce, on nodes that declare HCAs ib_write_bw per rail between node pairs
+2. The jobs (kiln.burnin.jobs, submitted through kiln.slurmctl): one job per node pinned to it
+   (a per-node job still pending at the deadline leaves its node "not tested (busy)"), the
+   fabric all-reduce, on nodes that declare HCAs ib_write_bw per rail between node pairs
    (kiln.burnin.ib: their HCAs read over SSH before and after, for the names, the port states
    and the error counters), and, when the fabric misses its floor, the pairwise pass; polled
-   with squeue, cancelled at their deadline.
+   with squeue, cancelled at their deadline (kiln.burnin.submit).
 3. Results fetched over SSH from every node into the run record (kiln.burnin.collect), judged
    (kiln.judging through judge_run), report.json saved.
 4. Node states: failing nodes drained with their reason ("kiln: gemm ..."); passing nodes kiln
-   had drained stay resumed; `drain=False` puts every node back as it was. Then the
-   reservation goes. On an error or Ctrl-C the jobs are cancelled, the drains kiln lifted are
-   restored and the reservation is deleted before the exception propagates.
+   had drained stay resumed (one that was not tested gets its drain back); `drain=False` puts
+   every node back as it was. Then the reservation goes. On an error or Ctrl-C the jobs are
+   cancelled, the drains kiln lifted are restored and the reservation is deleted before the
+   exception propagates.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,17 +43,19 @@ from kiln.burnin import ib as IB
 from kiln.burnin import jobs as J
 from kiln.burnin.collect import collect, read_hcas
 from kiln.burnin.judge import judge_run
-from kiln.burnin.nodes import classify, select_compute
+from kiln.burnin.nodes import busy, busy_message, classify, select_compute, wait_for
+from kiln.burnin.submit import JobQueue
 from kiln.burnin.suites import Suite, resolve_suite
 from kiln.errors import EnvironmentProblem, InvalidInputError, OperationFailed
 from kiln.fabric.links import parse_sysfs_dump
 from kiln.inventory import Cluster
-from kiln.judging import BurninReport, floors_for
+from kiln.judging import BurninReport
 from kiln.judging.ib import IbPair
+from kiln.judging.model import NOT_TESTED_BUSY
 from kiln.judging.pairs import pair_schedule
 from kiln.judging.results import ResultError, allreduce_from_doc
+from kiln.judging.thresholds import FABRIC_BYTES, fabric_floor
 from kiln.parsers import ParseError
-from kiln.profiles import get_profile
 from kiln.records.burnin import RunLayout, manifest_entry, save_report, write_manifest
 from kiln.records.runs import RunRecord, state_dir
 from kiln.slurmctl import commands
@@ -66,6 +73,7 @@ class BurninOptions:
     drain: bool = True  # drain failing nodes, keep passing ones resumed
     paths: J.Paths = field(default_factory=J.Paths)
     poll_seconds: float = 3.0
+    wait_minutes: float | None = None  # wait up to this long for busy nodes; None: do not wait
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,7 @@ class BurninOutcome:
     nodes: list[str]
     report: BurninReport
     skipped: dict[str, str] = field(default_factory=dict)  # node -> why it was not tested
+    not_tested: dict[str, str] = field(default_factory=dict)  # busy, or ran elsewhere -> why
     drained: dict[str, str] = field(default_factory=dict)  # node -> reason kiln set
     resumed: list[str] = field(default_factory=list)  # kiln-drained nodes now in service
     jobs: dict[str, str] = field(default_factory=dict)  # kiln job name -> Slurm job id
@@ -96,6 +105,7 @@ class BurninOutcome:
             "suite": self.suite.to_dict(),
             "nodes": self.nodes,
             "skipped": self.skipped,
+            "not_tested": self.not_tested,
             "drained": self.drained,
             "resumed": self.resumed,
             "jobs": self.jobs,
@@ -151,7 +161,8 @@ class _Campaign:
         self.progress: Progress = progress
         self.kiln_drained: dict[str, str] = kiln_drained
         self.resumed: list[str] = []
-        self.active: list[str] = []
+        self.queue = JobQueue(controller, progress, poll_seconds=options.poll_seconds, clock=time)
+        self.queue.jobs = outcome.jobs
         self.layout = RunLayout(outcome.run_dir)
         self.reservation = J.reservation_name(outcome.run_id)
         self.nodes = {n: cluster.node(n) for n in outcome.nodes}
@@ -161,18 +172,73 @@ class _Campaign:
     # -- the phases ---------------------------------------------------------------------
     def run(self) -> None:
         out, suite = self.out, self.out.suite
+        # The reservation lasts the wait, the expected phases and a margin; deleted at the end.
+        minutes = suite.time_limit_minutes * 4 + 10 + math.ceil(self.options.wait_minutes or 0)
+        self.ctl.run([commands.create_reservation(self.reservation, out.nodes, minutes)])
+        self.progress(f"reservation {self.reservation} on {len(out.nodes)} node(s)")
+        finished = False
+        try:
+            self._set_aside_busy()
+            for name in self.kiln_drained:
+                if name in self.nodes:
+                    self.ctl.run([commands.resume([name])])
+                    self.resumed.append(name)
+            if self.nodes:
+                self._jobs()
+            else:
+                self._manifest([])
+            out.report = judge_run(out.run_dir, self.cluster)
+            # DCGM diagnostics on the tested GPU nodes, a phase of its own (kiln.burnin.dcgm):
+            # its verdicts join the report; a node it could not validate is not tested.
+            from kiln.burnin.dcgm import dcgm_phase
+
+            dcgm_phase(self.nodes.values(), out, self.layout, self.progress)
+            out.not_tested = dict(out.report.not_tested)
+            save_report(out.run_dir, out.report)
+            self._apply_states()
+            finished = True
+        finally:
+            self._cleanup(finished)
+
+    def _set_aside_busy(self) -> None:
+        """Nodes that jobs outside the reservation hold: waited for (wait_minutes), else (or
+        still busy then) not tested, let out of the reservation, their jobs left alone."""
+        out = self.out
+        held = busy(self.ctl, out.nodes, self.reservation)
+        if held and self.options.wait_minutes:
+            held = wait_for(
+                self.ctl, held, self.reservation, minutes=self.options.wait_minutes,
+                poll_seconds=self.options.poll_seconds * 10, progress=self.progress, clock=time,
+            )  # fmt: skip
+        if not held:
+            return
+        for name, jobs in held.items():
+            out.not_tested[name] = busy_message(jobs)
+            self.progress(f"{name}: {out.not_tested[name]}")
+        out.nodes = [n for n in out.nodes if n not in held]
+        if out.nodes:  # their work goes on meanwhile; else they stay reserved until the end
+            shrink = commands.reservation_nodes(self.reservation, out.nodes)
+            (step,) = self.ctl.run([shrink], check=False)
+            if step.exit_code != 0:
+                self.progress(
+                    f"busy nodes stay reserved until the end (scontrol: {step.exit_code})"
+                )
+        self.nodes = {n: self.nodes[n] for n in out.nodes}
+        self.ib_nodes = [n for n in self.ib_nodes if n in self.nodes]
+
+    def _jobs(self) -> None:
+        """Submit the per-node, fabric and InfiniBand jobs, then the pairs if needed; collect."""
+        out, suite = self.out, self.out.suite
         groups: dict[int, list[str]] = {}
         for name, node in self.nodes.items():
             groups.setdefault(node.gpu_count if node.has_gpus else 0, []).append(name)
         specs = []
         for gpus, members in sorted(groups.items()):
-            others = [n for n in out.nodes if n not in members]
-            specs.append(
-                J.node_array(
-                    out.run_id, self.reservation, suite, members, gpus=gpus, exclude=others,
-                    paths=self.options.paths,
-                )
-            )  # fmt: skip
+            specs += [
+                J.node_job(out.run_id, self.reservation, suite, node, gpus=gpus,
+                           paths=self.options.paths)
+                for node in members
+            ]  # fmt: skip
             if len(members) >= 2:
                 name = "fabric-ring" if len(groups) == 1 else f"fabric-ring-g{gpus}"
                 specs.append(self._allreduce(name, members, gpus))
@@ -184,35 +250,32 @@ class _Campaign:
                 )
             )
         self._manifest(specs)
-        # The reservation lasts the expected phases plus margin; it is deleted at the end.
-        minutes = suite.time_limit_minutes * 4 + 10
-        self.ctl.run([commands.create_reservation(self.reservation, out.nodes, minutes)])
-        self.progress(f"reservation {self.reservation} on {len(out.nodes)} node(s)")
-        finished = False
-        try:
-            for name in self.kiln_drained:
-                self.ctl.run([commands.resume([name])])
-                self.resumed.append(name)
+        t0 = time.monotonic()
+        phases = "node GEMM, fabric all-reduce" + (", InfiniBand rails" if ib_rounds else "")
+        self._not_started(self._wait(specs, phases), specs)
+        self._collect()
+        out.timings["jobs"] = time.monotonic() - t0
+        pairs = self._pair_specs(groups)
+        if pairs:
+            specs += pairs
+            self._manifest(specs)
             t0 = time.monotonic()
-            phases = "node GEMM, fabric all-reduce" + (", InfiniBand rails" if ib_rounds else "")
-            self._submit_and_wait(specs, phases)
+            self._wait(pairs, f"pairwise pass: {len(pairs)} node pair(s)")
             self._collect()
-            out.timings["jobs"] = time.monotonic() - t0
-            pairs = self._pair_specs(groups)
-            if pairs:
-                specs += pairs
-                self._manifest(specs)
-                t0 = time.monotonic()
-                self._submit_and_wait(pairs, f"pairwise pass: {len(pairs)} node pair(s)")
-                self._collect()
-                out.timings["pairs"] = time.monotonic() - t0
-            self._ib_read("after")
-            out.report = judge_run(out.run_dir, self.cluster)
-            save_report(out.run_dir, out.report)
-            self._apply_states()
-            finished = True
-        finally:
-            self._cleanup(finished)
+            out.timings["pairs"] = time.monotonic() - t0
+        self._manifest(specs)  # with the nodes whose job never started
+        self._ib_read("after")
+
+    def _not_started(self, pending: dict[str, str], specs: list[J.JobSpec]) -> None:
+        """Per-node jobs still pending at the deadline: their nodes were busy, not tested."""
+        for spec in specs:
+            if spec.tests and spec.name in pending:
+                job = self.out.jobs[spec.name]
+                self.out.not_tested[spec.tests] = (
+                    f"{NOT_TESTED_BUSY}: its job {job} never started before the deadline "
+                    f"({pending[spec.name]})"
+                )
+                self.progress(f"{spec.tests}: {self.out.not_tested[spec.tests]}")
 
     def _allreduce(self, name: str, members: list[str], gpus: int) -> J.JobSpec:
         return J.allreduce_job(
@@ -229,6 +292,7 @@ class _Campaign:
             nodes=self.out.nodes,
             allreduce_jobs=[job for spec in specs for job in spec.allreduce_jobs],
             ib=manifest_entry(self.ib_nodes, self.ib_pairs) if self.ib_nodes else None,
+            not_tested=self.out.not_tested,
         )
 
     def _ib_plan(self) -> list[list[IbPair]]:
@@ -259,47 +323,14 @@ class _Campaign:
         nodes = list(self.nodes.values())
         collect(nodes, self.options.paths, self.out.run_id, self.layout, self.progress)
 
-    def _submit_and_wait(self, specs: list[J.JobSpec], what: str) -> None:
-        ids = []
-        for spec in specs:
-            job_id = self.ctl.submit(spec.script, spec.name)
-            self.out.jobs[spec.name] = job_id
-            self.active.append(job_id)
-            ids.append(job_id)
-        self.progress(f"{what}: Slurm job(s) {', '.join(ids)}")
-        limit = self.out.suite.time_limit_minutes * 60
-        queued = 60 * sum(spec.queued_minutes for spec in specs)
-        # Queueing behind running jobs, then run; jobs that queue behind ours on the same nodes
-        # (the InfiniBand rounds) add their own limit.
-        deadline = time.monotonic() + 2 * limit + 60 + queued
-        last = ""
-        while True:
-            text = self._best_effort(commands.squeue(ids))
-            states = [line.split("|") for line in text.splitlines() if "|" in line]
-            if not states:
-                break
-            summary = _count_states(states)
-            if summary != last:
-                self.progress(f"{what}: {summary}")
-                last = summary
-            if time.monotonic() > deadline:
-                self.progress(f"{what}: deadline passed; cancelling {', '.join(ids)}")
-                self._best_effort(commands.scancel(ids))
-                break
-            time.sleep(self.options.poll_seconds)
-        self.active = [j for j in self.active if j not in ids]
-
-    def _best_effort(self, argv: Sequence[str]) -> str:
-        """Run one Slurm command, its failure ignored (polling and cleanup must go on); stdout."""
-        try:
-            return self.ctl.run([argv], check=False)[0].stdout
-        except OperationFailed:  # the controller did not answer
-            return ""
+    def _wait(self, specs: list[J.JobSpec], what: str) -> dict[str, str]:
+        return self.queue.run(specs, what, limit_minutes=self.out.suite.time_limit_minutes)
 
     def _pair_specs(self, groups: dict[int, list[str]]) -> list[J.JobSpec]:
         """Pair jobs for every fabric all-reduce that missed its floor (3 nodes or more)."""
         specs = []
         for gpus, members in sorted(groups.items()):
+            members = [m for m in members if m not in self.out.not_tested]
             if len(members) < 3:
                 continue  # two nodes: the fabric job already is the pair
             name = "fabric-ring" if len(groups) == 1 else f"fabric-ring-g{gpus}"
@@ -311,19 +342,21 @@ class _Campaign:
         return specs
 
     def _fabric_slow(self, name: str, members: list[str]) -> bool:
+        """Whether the pairwise pass runs: the ring missed its rails' floor (or was wrong), or
+        there is no floor (a node declares no rails: the pairs are the fleet-relative rule)."""
         path = self.layout.allreduce(name)
-        floors = [
-            floors_for(get_profile(self.nodes[m].gpu_model), self.cluster.burnin) for m in members
-        ]
-        gbs = [f.allreduce_busbw_gbs for f in floors if f.allreduce_busbw_gbs]
+        floor = fabric_floor(self.cluster, members)
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
             result = allreduce_from_doc(name, doc)
         except (OSError, ValueError, ResultError):
             return True  # no result: the pairs tell which nodes or links hang
-        slow = not result.correct or (bool(gbs) and result.verdict_busbw_gbs < min(gbs))
+        busbw = result.busbw_at(FABRIC_BYTES)[1]
+        below = floor.gbs is not None and busbw < floor.gbs
+        slow = not result.correct or result.wrong > 0 or floor.gbs is None or below
         if slow:
-            self.progress(f"{name}: {result.verdict_busbw_gbs:g} GB/s below its floor")
+            why = "below its floor" if below else "no floor: the pairs compare it with the fleet"
+            self.progress(f"{name}: {busbw:g} GB/s, {why}")
         return slow
 
     def _apply_states(self) -> None:
@@ -336,26 +369,20 @@ class _Campaign:
             if reason is not None:
                 self.ctl.run([commands.drain([node], reason)])
                 self.out.drained[node] = reason
-        self.out.resumed = [n for n in self.resumed if n not in drains]
+        untested = [n for n in self.resumed if n in self.out.not_tested and n not in drains]
+        for node in untested:  # resumed for the run, never tested: its drain stands
+            self.ctl.run([commands.drain([node], self.kiln_drained[node])])
+        self.out.resumed = [n for n in self.resumed if n not in drains and n not in untested]
         self.resumed = []
 
     def _restore(self) -> None:
         """Put back the drains kiln lifted for the run (interrupted, failed, or --no-drain)."""
         for node in self.resumed:
-            self._best_effort(commands.drain([node], self.kiln_drained[node]))
+            self.queue.best_effort(commands.drain([node], self.kiln_drained[node]))
         self.resumed = []
 
     def _cleanup(self, finished: bool) -> None:
-        if self.active:
-            self._best_effort(commands.scancel(self.active))
-            self.active = []
+        self.queue.cancel_active()
         if not finished:
             self._restore()
-        self._best_effort(commands.delete_reservation(self.reservation))
-
-
-def _count_states(states: list[list[str]]) -> str:
-    counts: dict[str, int] = {}
-    for row in states:
-        counts[row[1]] = counts.get(row[1], 0) + 1
-    return ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))
+        self.queue.best_effort(commands.delete_reservation(self.reservation))

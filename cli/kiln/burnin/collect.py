@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import PurePosixPath
 
 from kiln.burnin.jobs import Paths
+from kiln.burnin.nccl_tests import complete_text
 from kiln.fabric.links import sysfs_dump_command
 from kiln.fleet import NodeResult, Status, run_command
 from kiln.inventory import Node
@@ -86,6 +87,7 @@ def store(layout: RunLayout, node: str, rel: str, text: str) -> None:
         target = layout.gemm(name[: -len(".json")])
     elif kind == "allreduce" and name.endswith(".json"):
         target = layout.allreduce(name[: -len(".json")])
+        text = complete_text(text)  # nccl-tests' output parsed here: kiln.burnin.nccl_tests
     elif kind == "ib" and name.endswith(".txt"):
         target = layout.root / "ib" / name  # <pair>-rail<k>.txt, from the client
     elif kind == "logs":

@@ -7,10 +7,14 @@ the node that runs it, under <results>/<run>/ (gemm/<node>.json, allreduce/<job>
 record's layout), via a temporary name renamed on success, so a killed job leaves no
 half-written result. kiln fetches those folders over SSH afterwards (kiln.burnin.collect).
 
-    node array   one task per node (--array, -N1): the GEMM on every device of the node, and
-                 on GPU nodes an all-reduce across the node's GPUs (NVLink, NCCL)
+    node         one job per node, pinned to it (--nodelist=NODE -N1): the GEMM on every
+                 device of the node, and on GPU nodes an all-reduce across the node's GPUs
+                 (NVLink, NCCL); the host it ran on goes into the GEMM document (`host`), so
+                 a result from another node is rejected when judged
     fabric       one job over all selected nodes: srun, one rank per GPU (or per CPU-only node,
                  gloo), NCCL_ALGO=Ring (--ring) so the network itself is measured
+    (every all-reduce goes through workloads/allreduce_launch.py, which starts nccl-tests'
+    all_reduce_perf over PMIx where the nccl stage built it, else workloads/allreduce.py)
     pair         two nodes (-w a,b): the pairwise pass that localises a slow fabric result
     ib round     the nodes of one round of InfiniBand pairs: ib_write_bw per rail between each
                  pair (workloads/ibbw.py on every node, the round's table sbcast to them)
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 
 from kiln.burnin import ib as IB
 from kiln.burnin.suites import Suite
+from kiln.judging.thresholds import FABRIC_BYTES
 from kiln.render.hostlist import compress
 
 DEFAULT_PREFIX = "/opt/kiln/burnin"
@@ -57,16 +62,29 @@ class JobSpec:
     nodes: tuple[str, ...]
     allreduce_jobs: tuple[str, ...] = ()  # record names of the all-reduce results it writes
     queued_minutes: int = 0  # its time limit, when it queues behind the others on their nodes
+    tests: str | None = None  # the one node a per-node job tests (and is pinned to)
 
 
 def reservation_name(run_id: str) -> str:
     return RESERVATION_PREFIX + run_id.replace(":", "").lower()
 
 
+# stamp CMD...: CMD's JSON document on stdout with `host` (where it ran) added, unless it has one
+_STAMP = """stamp() { "$@" | python3 -c 'import json,sys
+try: d = json.load(sys.stdin)
+except ValueError: sys.exit("kiln: the workload printed no JSON document")
+d.setdefault("host", sys.argv[1]); json.dump(d, sys.stdout)' "$host"; }"""
+
+
 def _header(
-    kind: str, run_id: str, reservation: str, minutes: int, paths: Paths, extra: Sequence[str]
+    kind: str,
+    run_id: str,
+    reservation: str,
+    minutes: int,
+    paths: Paths,
+    extra: Sequence[str],
+    log: str = "%j",
 ) -> list[str]:
-    log = "%A_%a" if kind == "node" else "%j"
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name=kiln-burnin-{kind}",
@@ -79,7 +97,6 @@ def _header(
         "set -uo pipefail",
         f"out={shlex.quote(paths.run_dir(run_id))}",
         'mkdir -p "$out/gemm" "$out/allreduce"',
-        'node="$SLURMD_NODENAME"',
         "# save DEST CMD...: run CMD, keep its stdout as DEST only when it succeeds",
         'save() { local dest="$1"; shift; "$@" > "$dest.tmp" && mv "$dest.tmp" "$dest"; }',
         "rc=0",
@@ -96,36 +113,43 @@ def _allreduce_args(suite: Suite, gpus: int, minutes: int, ring: bool) -> str:
     args.append("--backend nccl" if gpus else "--backend gloo")
     if ring:
         args.append("--ring")
+        if gpus:  # across nodes the rails' floor is read at FABRIC_BYTES: sweep up to it
+            args.append(f"--max-bytes {FABRIC_BYTES}")
     return " ".join(args)
 
 
-def node_array(
+def node_job(
     run_id: str,
     reservation: str,
     suite: Suite,
-    nodes: Sequence[str],
+    node: str,
     *,
     gpus: int,
-    exclude: Sequence[str] = (),
     paths: Paths = Paths(),
 ) -> JobSpec:
-    """One array task per node of a group with the same GPU count (`exclude`: the others)."""
-    extra = [f"--array=0-{len(nodes) - 1}", "--nodes=1", *_gpu_options(gpus)]
-    if exclude:
-        extra.append(f"--exclude={compress(exclude)}")
-    lines = _header("node", run_id, reservation, suite.time_limit_minutes, paths, extra)
+    """The per-node tests of `node`, pinned to it: its results are named by it, and the GEMM
+    document records the host the job really ran on (kiln rejects a result from another)."""
+    extra = ["--nodes=1", f"--nodelist={node}", *_gpu_options(gpus)]
+    lines = _header(
+        "node", run_id, reservation, suite.time_limit_minutes, paths, extra, log=f"{node}-%j"
+    )
     seconds = f"{suite.gemm_seconds(bool(gpus)):g}"
-    lines.append(f'save "$out/gemm/$node.json" {paths.launcher} gemm --seconds {seconds} || rc=$?')
+    lines += [
+        f"node={shlex.quote(node)}  # the node this job tests (it is pinned there)",
+        'host="$(hostname -s)"  # the node it runs on',
+        _STAMP,
+        f'save "$out/gemm/$node.json" stamp {paths.launcher} gemm --seconds {seconds} || rc=$?',
+    ]
     jobs: tuple[str, ...] = ()
     if gpus > 1:
         args = _allreduce_args(suite, gpus, suite.time_limit_minutes, ring=False)
         lines.append(
-            f'save "$out/allreduce/node-$node.json" srun --kill-on-bad-exit=1 '
-            f"--ntasks-per-node={gpus} {paths.launcher} allreduce {args} || rc=$?"
+            f'save "$out/allreduce/node-$node.json" {paths.launcher} allreduce_launch '
+            f"--ntasks-per-node {gpus} {args} || rc=$?"
         )
-        jobs = tuple(f"node-{n}" for n in nodes)
+        jobs = (f"node-{node}",)
     lines.append("exit $rc")
-    return JobSpec(f"node-g{gpus}", "\n".join(lines) + "\n", tuple(nodes), jobs)
+    return JobSpec(f"node-{node}", "\n".join(lines) + "\n", (node,), jobs, tests=node)
 
 
 def allreduce_job(
@@ -144,8 +168,8 @@ def allreduce_job(
     lines = _header(name.split("-")[0], run_id, reservation, minutes, paths, extra)
     args = _allreduce_args(suite, gpus, minutes, ring=True)
     lines.append(
-        f'save "$out/allreduce/{name}.json" srun --kill-on-bad-exit=1 '
-        f"{paths.launcher} allreduce {args} || rc=$?"
+        f'save "$out/allreduce/{name}.json" {paths.launcher} allreduce_launch '
+        f"--ntasks-per-node {max(gpus, 1)} {args} || rc=$?"
     )
     lines.append("exit $rc")
     return JobSpec(name, "\n".join(lines) + "\n", tuple(nodes), (name,))

@@ -2,16 +2,25 @@
 
 A node kiln drained earlier (its reason is kiln's: a quarantined new node, a failed burn-in) is
 tested; a node drained by someone else, down or not responding is skipped and left alone.
+A node that jobs outside the reservation hold (`busy`) is not tested: reported "not tested
+(busy)", never drained; `wait_for` polls until such nodes are free, up to a timeout.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from kiln.errors import InvalidInputError
 from kiln.fleet import select_nodes
 from kiln.inventory import Cluster, Node
+from kiln.judging.model import NOT_TESTED_BUSY
+from kiln.slurmctl import commands
+from kiln.slurmctl.queue import Holder, holders
 from kiln.slurmctl.state import NodeState
+
+Busy = dict[str, list[Holder]]  # node -> the jobs holding it outside the reservation
+SHOWN = 8  # busy nodes named in one progress line
 
 _UNUSABLE = ("down", "future", "unknown")
 
@@ -47,3 +56,54 @@ def classify(
         else:
             usable.append(name)
     return usable, kiln_drained, skipped
+
+
+def busy(ctl: Any, names: Sequence[str], reservation: str) -> Busy:
+    """The nodes of `names` that jobs outside `reservation` hold (running, completing, ...)."""
+    if not names:
+        return {}
+    (step,) = ctl.run([commands.jobs_on(names)])
+    return holders(step.stdout, names, besides=reservation)
+
+
+def busy_message(jobs: Sequence[Holder]) -> str:
+    """'not tested (busy): job 4711 (alice) runs on it outside the reservation'."""
+    verb = "runs" if len(jobs) == 1 else "run"
+    held_by = ", ".join(j.describe() for j in jobs)
+    return f"{NOT_TESTED_BUSY}: {held_by} {verb} on it outside the reservation"
+
+
+def describe(held: Busy) -> str:
+    """'kiln-node02 (job 4711 (alice)), ...', the first SHOWN nodes and a count of the others."""
+    parts = [f"{n} ({', '.join(j.describe() for j in jobs)})" for n, jobs in held.items()]
+    more = f" and {len(parts) - SHOWN} more" if len(parts) > SHOWN else ""
+    return ", ".join(parts[:SHOWN]) + more
+
+
+def wait_for(
+    ctl: Any,
+    held: Busy,
+    reservation: str,
+    *,
+    minutes: float,
+    poll_seconds: float,
+    progress: Callable[[str], None],
+    clock: Any,
+) -> Busy:
+    """Poll the busy nodes until no job outside the reservation holds them or `minutes` pass;
+    the nodes still busy then. `clock` has monotonic() and sleep() (the time module)."""
+    deadline = clock.monotonic() + minutes * 60
+    said, said_at = "", clock.monotonic()
+    while held:
+        now = clock.monotonic()
+        left = deadline - now
+        if left <= 0:
+            progress(f"gave up waiting after {minutes:g} min; still busy: {describe(held)}")
+            break
+        text = describe(held)
+        if text != said or now - said_at >= 300:  # on a change, else every 5 minutes
+            progress(f"waiting for {len(held)} busy node(s), {left / 60:.0f} min left: {text}")
+            said, said_at = text, now
+        clock.sleep(poll_seconds)
+        held = busy(ctl, list(held), reservation)
+    return held

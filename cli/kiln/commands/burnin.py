@@ -89,6 +89,17 @@ def burn_in(
     return outcome
 
 
+def _verdict(report: BurninReport) -> str:
+    """'passed', '2 failed', or 'incomplete: 1 node(s) not tested' (exit 1 either way)."""
+    if report.passed:
+        return "[green]passed[/]"
+    failed = len(report.failures) - len(report.not_tested)
+    parts = [f"[red]{failed} failed[/]"] if failed else []
+    if report.not_tested:
+        parts.append(f"[yellow]incomplete: {len(report.not_tested)} node(s) not tested[/]")
+    return ", ".join(parts)
+
+
 def burnin(
     inventory: Annotated[Path, typer.Argument(help="Inventory directory.")],
     suite: Annotated[
@@ -121,19 +132,32 @@ def burnin(
         bool,
         typer.Option("--skip-runtime", help="Do not run the burnin stage (runtime in place)."),
     ] = False,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait", help="Wait for nodes busy with other jobs, then test them (--wait-timeout)."
+        ),
+    ] = False,
+    wait_timeout: Annotated[
+        float,
+        typer.Option("--wait-timeout", min=0.1, help="Minutes --wait waits at most (default 60)."),
+    ] = 60.0,
 ) -> int:
     """Run burn-in through Slurm on the compute nodes, judge it, drain what fails.
 
-    Per node (a job array): GEMM on every device (BF16 on GPUs, FP32 on CPU-only nodes) and,
-    on GPU nodes, an all-reduce inside the node; across the nodes: an all-reduce with the ring
-    forced (NCCL, or gloo on CPU-only nodes), and a pairwise pass when it misses its floor; on
-    nodes that declare InfiniBand HCAs, ib_write_bw between node pairs on every rail and the
-    ports' error counters before and after.
+    Per node (one job pinned to it): GEMM on every device (BF16 on GPUs, FP32 on CPU-only
+    nodes) and, on GPU nodes, an all-reduce inside the node; across the nodes: an all-reduce
+    with the ring forced (NCCL, or gloo on CPU-only nodes), and a pairwise pass when it misses
+    its floor; on nodes that declare InfiniBand HCAs, ib_write_bw between node pairs on every
+    rail and the ports' error counters before and after.
     Everything runs inside a maintenance reservation; failing nodes are drained with the
-    reason ("kiln: ..."), passing nodes kiln had drained are resumed. The run record
-    (report.json, report.xml JUnit, report.html) is re-rendered by `kiln report RUN`.
+    reason ("kiln: ..."), passing nodes kiln had drained are resumed. A node busy with other
+    jobs is "not tested (busy)" and left in service (the run is incomplete: exit 1); --wait
+    waits for it, up to --wait-timeout minutes. The run record (report.json, report.xml
+    JUnit, report.html) is re-rendered by `kiln report RUN`.
 
-    Exit 0 every check passed, 1 failures, 2 invalid input, 3 environment, 130 interrupted.
+    Exit 0 every check passed, 1 failures or nodes not tested, 2 invalid input, 3 environment,
+    130 interrupted.
     """
     cluster = require_valid(inventory)
     start = time.monotonic()
@@ -147,6 +171,7 @@ def burnin(
         hours=hours,
         gemm_seconds=seconds,
         drain=not no_drain,
+        wait_minutes=wait_timeout if wait else None,
     )
     outcome = burn_in(cluster, options, install=not skip_runtime, progress=progress)
     report = outcome.report
@@ -154,6 +179,8 @@ def burnin(
         err.print(f"[bold red]drained[/] {node}: {reason}")
     for node in outcome.resumed:
         err.print(f"[green]resumed[/] {node}")
+    for node, why in outcome.not_tested.items():
+        err.print(f"[yellow]{node}[/]: {why}")  # "not tested (busy): job 4711 (alice) ..."
     if output is not None:
         output.mkdir(parents=True, exist_ok=True)
         for name in ("report.json", "report.xml", "report.html"):
@@ -161,7 +188,7 @@ def burnin(
     err.print(
         f"burn-in {outcome.suite.name} on {len(outcome.nodes)} node(s) in "
         f"{outcome.timings.get('total', 0):.0f}s: "
-        + ("[green]passed[/]" if report.passed else f"[red]{len(report.failures)} failed[/]")
+        + _verdict(report)
         + f"; run record {outcome.run_dir}"
     )
     if json or fmt is Format.json:

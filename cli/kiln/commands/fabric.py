@@ -9,9 +9,10 @@ from typing import Annotated
 import typer
 
 from kiln.console import err, print_json
-from kiln.errors import ExitCode
+from kiln.errors import ExitCode, InvalidInputError
 from kiln.fabric.topology import read_source, topology_from_text
 from kiln.inventory import require_valid
+from kiln.parsers import ParseError
 from kiln.survey.fabric import ibnetdiscover_node, run_ibnetdiscover
 
 app = typer.Typer(help="The InfiniBand fabric: topology.conf from what the fabric reports.")
@@ -50,7 +51,8 @@ def topology(
     and show where the fabric disagrees with the racks and leaf switches the inventory declares.
 
     Exit 0 on success (1 with --strict when they disagree); 2 on an invalid inventory or
-    unreadable input.
+    unreadable input (a file or stdin with no usable ibnetdiscover output). Diagnostics mixed
+    into the output (stderr captured with it) are skipped, each named by its line.
     """
     cluster = require_valid(inventory)
     if from_ is None:
@@ -61,7 +63,15 @@ def topology(
         text, source = sys.stdin.read(), "ibnetdiscover output on stdin"
     else:
         text, source = read_source(from_), from_.name
-    result = topology_from_text(cluster, text, source)
+    try:
+        result = topology_from_text(cluster, text, source)
+    except ParseError as error:
+        if from_ is None:
+            raise  # the node's own answer: the operation failed (exit 1)
+        raise InvalidInputError(
+            f"{source}: {error}",
+            hint="give the standard output of an `ibnetdiscover` that reached the fabric",
+        ) from error
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(result.conf)
@@ -73,6 +83,11 @@ def topology(
     leaves = len(result.topology.leaves())
     hosts = len(result.topology.hosts)
     err.print(f"{result.topology.levels} levels, {leaves} leaves, {hosts} inventory hosts placed")
+    for line in result.skipped:
+        err.print(f"[yellow]skipped:[/] {source} {line.describe()}")
+    for switch in (s for s in result.topology.switches if not s.guid):
+        held = ", ".join(switch.nodes or switch.switches)
+        err.print(f"[yellow]kiln added {switch.name}[/] ({held}): {switch.note}")
     for line in result.degraded_links:
         err.print(f"[yellow]degraded link:[/] {line}")
     if result.unnamed_cas:

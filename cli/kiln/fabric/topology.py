@@ -9,6 +9,13 @@ and so are the switches above that then have no children. Every upper switch lis
 switches one level below it that it is cabled to: a fat tree gives a leaf several parents,
 which Slurm accepts (any two leaves then share an ancestor).
 
+Slurm's tree plugin places a job across switches only under a switch that reaches all of them,
+and a switch line holds nodes or switches, never both ("switch %s has both child switches and
+nodes"). So where no switch of the fabric reaches every leaf (two leaves cabled to each other
+without a spine, or a partial capture), kiln adds one top switch, `kiln-top`, over the
+switches nothing else holds. Compute nodes the capture lacks go under a leaf of their own,
+`kiln-not-in-fabric`: with the plugin on, a node in no switch is one Slurm cannot schedule.
+
 fabric_topology() is the whole answer `kiln fabric topology` prints: topology.conf, where the
 fabric and the inventory disagree, and the links running below the declared rate. The Slurm
 stage renders topology.conf from the capture the inventory stores (topology_from_capture),
@@ -24,6 +31,7 @@ from pathlib import Path
 from kiln.errors import InvalidInputError
 from kiln.fabric.bandwidth import LINE_RATE_GBPS
 from kiln.inventory import Cluster
+from kiln.parsers._common import SkippedLine
 from kiln.parsers.ibnetdiscover import IbFabric, IbNode, parse_ibnetdiscover
 from kiln.render import MANAGED_HEADER, environment
 
@@ -31,13 +39,18 @@ _TEMPLATE = Path(__file__).with_name("topology.conf.j2")
 _SPEEDS = {rate: name for name, rate in LINE_RATE_GBPS.items()}
 
 
+TOP = "kiln-top"
+NOT_IN_FABRIC = "kiln-not-in-fabric"
+
+
 @dataclass(frozen=True, slots=True)
 class Switch:
     name: str
     level: int  # 0: leaf (holds nodes); 1: the switches above the leaves; ...
-    guid: str
+    guid: str  # "" for a switch kiln adds (kiln-top, kiln-not-in-fabric)
     nodes: tuple[str, ...] = ()  # leaves only
     switches: tuple[str, ...] = ()  # upper levels only
+    note: str = ""  # why kiln added it (a comment line in topology.conf)
 
 
 @dataclass
@@ -45,6 +58,7 @@ class FabricTopology:
     switches: list[Switch]  # leaves first, then each level up, names sorted within a level
     unnamed_cas: list[str] = field(default_factory=list)  # GUIDs of CAs with no host name
     hosts: dict[str, str] = field(default_factory=dict)  # host -> its leaf (as placed)
+    not_in_fabric: list[str] = field(default_factory=list)  # hosts under kiln-not-in-fabric
 
     @property
     def levels(self) -> int:
@@ -68,13 +82,56 @@ def _unique_names(fabric: IbFabric, guids: list[str]) -> dict[str, str]:
     return {g: n if counts[n] == 1 else f"{n}-{g}" for g, n in names.items()}
 
 
+def _reaching_every_leaf(switches: list[Switch]) -> bool:
+    """True when one switch reaches every leaf through its descendants (Slurm's test)."""
+    by_name = {s.name: s for s in switches}
+    reached: dict[str, frozenset[str]] = {}
+
+    def reach(name: str) -> frozenset[str]:
+        if name not in reached:
+            switch = by_name[name]
+            below = (reach(child) for child in switch.switches)
+            reached[name] = frozenset({name} if switch.level == 0 else ()).union(*below)
+        return reached[name]
+
+    leaves = frozenset(s.name for s in switches if s.level == 0)
+    return any(reach(s.name) >= leaves for s in switches)
+
+
+def _joined(switches: list[Switch], taken: set[str]) -> list[Switch]:
+    """`switches`, with kiln-top over the switches nothing else holds when no switch reaches
+    every leaf."""
+    if len(switches) < 2 or _reaching_every_leaf(switches):
+        return switches
+    held = {child for s in switches for child in s.switches}
+    roots = tuple(sorted(s.name for s in switches if s.name not in held))
+    top = Switch(
+        _free(TOP, taken), max(s.level for s in switches) + 1, "", switches=roots,
+        note="added by kiln, not in the fabric: no switch there reaches every leaf, and Slurm "
+        "places a job across leaves only under one that does",
+    )  # fmt: skip
+    return [*switches, top]
+
+
+def _free(name: str, taken: set[str]) -> str:
+    """`name`, or `name-2`, `name-3`, ... when a switch of the fabric already has it."""
+    number, free = 1, name
+    while free in taken:
+        number += 1
+        free = f"{name}-{number}"
+    return free
+
+
 def build_topology(
     fabric: IbFabric,
     rail0: dict[str, str] | None = None,
     only_hosts: set[str] | None = None,
+    not_in_fabric: set[str] | None = None,
 ) -> FabricTopology:
     """The tree Slurm needs. `rail0` maps host -> its rail-0 HCA name (from the inventory);
-    `only_hosts`, when given, keeps other hosts out (slurmctld refuses unknown node names)."""
+    `only_hosts`, when given, keeps other hosts out (slurmctld refuses unknown node names);
+    `not_in_fabric`: hosts topology.conf must hold all the same (the compute nodes), those
+    the fabric does not show going under kiln-not-in-fabric."""
     rail0 = rail0 or {}
     levels = fabric.switch_levels()
     names = _unique_names(fabric, sorted(levels))
@@ -108,9 +165,17 @@ def build_topology(
             Switch(names[g], level, g, switches=tuple(sorted(s))) for g, s in below.items()
         ]
         kept = set(below)
+    missing = sorted((not_in_fabric or set()) - set(placed)) if placed else []
+    if missing:
+        switches.append(Switch(
+            _free(NOT_IN_FABRIC, set(names.values())), 0, "", nodes=tuple(missing),
+            note="added by kiln, not in the fabric: compute nodes the capture lacks (Slurm "
+            "schedules no node that is in no switch)",
+        ))  # fmt: skip
+    switches = _joined(switches, set(names.values()))
     switches.sort(key=lambda s: (s.level, s.name))
     hosts = {host: names[leaf] for host, leaf in sorted(placed.items())}
-    return FabricTopology(switches, sorted(set(unnamed)), hosts)
+    return FabricTopology(switches, sorted(set(unnamed)), hosts, missing)
 
 
 def render_topology_conf(topology: FabricTopology, cluster_name: str, source: str) -> str:
@@ -199,6 +264,7 @@ class TopologyResult:
     disagreements: list[Disagreement]
     degraded_links: list[str] = field(default_factory=list)
     unnamed_cas: list[str] = field(default_factory=list)
+    skipped: list[SkippedLine] = field(default_factory=list)  # diagnostics, stray lines
 
     def to_dict(self) -> dict:
         return {
@@ -206,8 +272,13 @@ class TopologyResult:
             "levels": self.topology.levels,
             "switches": [
                 {"name": s.name, "level": s.level, "guid": s.guid,
-                 "nodes": list(s.nodes), "switches": list(s.switches)}
+                 "nodes": list(s.nodes), "switches": list(s.switches),
+                 "added_by_kiln": not s.guid}
                 for s in self.topology.switches
+            ],
+            "not_in_fabric": self.topology.not_in_fabric,
+            "skipped_lines": [
+                {"line": s.line_no, "text": s.line, "reason": s.reason} for s in self.skipped
             ],
             "disagreements": [d.to_dict() for d in self.disagreements],
             "degraded_links": self.degraded_links,
@@ -221,7 +292,7 @@ def fabric_topology(cluster: Cluster, fabric: IbFabric, source: str) -> Topology
     # Slurm nodes only: slurmctld knows no controller or storage host in topology.conf.
     compute = {n.name for n in cluster.compute}
     seen = {ca.hostname for ca in fabric.cas() if ca.hostname}
-    topology = build_topology(fabric, rail0=rail0, only_hosts=compute)
+    topology = build_topology(fabric, rail0=rail0, only_hosts=compute, not_in_fabric=compute)
     full = build_topology(fabric, rail0=rail0)  # every host, for the comparison
     disagreements = compare_with_inventory(full, cluster, seen)
     rate = cluster.ib.link_rate_gbps
@@ -235,7 +306,10 @@ def fabric_topology(cluster: Cluster, fabric: IbFabric, source: str) -> Topology
                 f"{link.width or '?'}{link.speed or '?'}, expected 4x{_SPEEDS[rate]}"
             )
     conf = render_topology_conf(topology, cluster.name, source)
-    return TopologyResult(source, conf, topology, disagreements, degraded, topology.unnamed_cas)
+    return TopologyResult(
+        source, conf, topology, disagreements, degraded, topology.unnamed_cas,
+        skipped=list(fabric.skipped),
+    )  # fmt: skip
 
 
 def topology_from_text(cluster: Cluster, text: str, source: str) -> TopologyResult:

@@ -1,8 +1,9 @@
 """What `nvidia-smi -q -x` says about a node's GPUs, and whether that is what it should be.
 
-The node sends the XML gzip-compressed and base64-encoded (an 8-GPU document is about 100 KB,
-10 KB packed: it travels in every run's events). The summary keeps the fields preflight, the
-driver verification and `kiln facts` use, as plain JSON-ready data.
+Where a node has no XML, the plain-text `nvidia-smi -q` is read into the same model and judged
+by the same verdicts. The node sends its output gzip-compressed and base64-encoded (an 8-GPU
+XML document is about 100 KB, 10 KB packed: it travels in every run's events). The summary keeps
+the fields preflight, the driver verification and `kiln facts` use, as plain JSON-ready data.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from kiln.parsers import ParseError
 from kiln.parsers.dcgmi import parse_diag
 from kiln.parsers.nvidia_smi import Gpu, NvidiaSmiLog, parse_xml
 from kiln.parsers.nvidia_smi_nvlink import NvlinkState, parse_nvlink_status
+from kiln.parsers.nvidia_smi_text import parse_text
 
 
 def unpack(packed: str) -> str:
@@ -85,18 +87,30 @@ def summarise(
     }
 
 
-def summary_from_packed(packed: str, nvlink_packed: str = "") -> dict[str, Any]:
-    """The summary from the module's packed outputs. NVLink output kiln cannot read leaves the
-    links unknown (and says why under "nvlink_error") rather than failing the GPU facts."""
+def summary_from_packed(
+    packed: str, nvlink_packed: str = "", text_packed: str = ""
+) -> dict[str, Any]:
+    """The summary from the module's packed outputs: the XML, or where the node had none, the
+    plain-text `nvidia-smi -q` (`text_packed`; "source" says which was read). NVLink output kiln
+    cannot read leaves the links unknown (and says why under "nvlink_error") rather than failing
+    the GPU facts; lines the text reader skipped are listed under "warnings"."""
     nvlink, nvlink_error = None, None
     if nvlink_packed:
         try:
             nvlink = parse_nvlink_status(unpack(nvlink_packed))
         except ParseError as error:
             nvlink_error = str(error)
-    summary = summarise(parse_xml(unpack(packed)), nvlink)
+    warnings: list[str] = []
+    if packed or not text_packed:
+        summary = summarise(parse_xml(unpack(packed)), nvlink)
+        summary["source"] = "nvidia-smi -q -x"
+    else:
+        summary = summarise(parse_text(unpack(text_packed), warnings), nvlink)
+        summary["source"] = "nvidia-smi -q"
     if nvlink_error:
         summary["nvlink_error"] = nvlink_error
+    if warnings:
+        summary["warnings"] = warnings
     return summary
 
 

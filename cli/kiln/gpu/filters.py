@@ -23,8 +23,9 @@ from kiln.gpu.packages import (
     stack_versions,
     upstream_version,
 )
+from kiln.gpu.rails import NEAR_PATHS, rail_check, topology_from_packed
 from kiln.gpu.trust import key_problem
-from kiln.profiles import load_profiles
+from kiln.profiles import burnin_runtime, load_profiles
 
 
 def gpu_profile(model: str) -> dict[str, Any]:
@@ -66,6 +67,14 @@ def gpu_check(
     return check(summary, expected)
 
 
+def rail_verdict(
+    topology: dict[str, Any] | None, hcas: list[str] | None, paths: list[str] | None = None
+) -> dict[str, Any]:
+    # Ansible may hand an absent topology over as "" rather than None.
+    known = topology if isinstance(topology, dict) else None
+    return rail_check(known, [str(hca) for hca in hcas or ()], tuple(paths or NEAR_PATHS))
+
+
 def driver_load_failure(
     smi_error: str, kernel: str, version: str, module_built: bool, make_log_tail: str = ""
 ) -> str:
@@ -82,7 +91,11 @@ FILTERS = {
     "kiln_gpu_summary": summary_from_packed,
     "kiln_gpu_check": gpu_check,
     "kiln_gpu_fabric_pending": fabric_pending,
+    "kiln_gpu_topology": topology_from_packed,
+    "kiln_gpu_rails": rail_verdict,
     "kiln_gpu_profile": gpu_profile,
+    # burn-in's torch build for a kiln_gpu_model, by GPU architecture (compat.yml burnin_runtimes)
+    "kiln_burnin_runtime": lambda model: burnin_runtime(str(model)).for_ansible(),
     "kiln_driver_load_failure": driver_load_failure,
     "kiln_dcgmi_failures": diag_failures,
     "kiln_dpkg_installed": installed_packages,

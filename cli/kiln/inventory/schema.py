@@ -69,7 +69,15 @@ class BurninSpec(StrictModel):
     suite: Literal["quick", "standard", "soak"] = Field("quick", description="default suite")
     soak_hours: float = Field(4.0, gt=0, description="duration of the soak suite")
     gemm_tflops_floor: float | None = Field(None, gt=0, description="override the profile floor")
-    allreduce_busbw_floor_gbs: float | None = Field(None, gt=0, description="override the floor")
+    allreduce_busbw_floor_gbs: float | None = Field(
+        None, gt=0, description="override the profile's intra-node all-reduce floor"
+    )
+    allreduce_fabric_efficiency: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="share of rails x line rate / 8 a ring across nodes must reach; default 0.75",
+    )
     gemm_relative_pct: float = Field(
         10.0, gt=0, lt=100, description="fail a GPU this % below its node's best"
     )
@@ -221,8 +229,8 @@ KEYS: dict[str, KeySpec] = {
             "kiln_gpu_model",
             "host",
             "str",
-            "hardware profile id (h100-sxm, h200-sxm, b200, a100-sxm-80g, h100-pcie, l40s) "
-            "or none for CPU-only nodes",
+            "hardware profile id (a100-sxm-40g, a100-sxm-80g, h100-sxm, h100-pcie, h100-nvl, "
+            "h200-sxm, h200-nvl, b200, l40s) or none for CPU-only nodes",
             "none on controllers; required on compute nodes",
             reaches_command=True,
         ),

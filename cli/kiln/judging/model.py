@@ -15,6 +15,11 @@ from kiln.judging.verdicts import Action, Verdict, num, sort_key
 
 SCHEMA_VERSION = 1
 NO_IB = "no InfiniBand declared"
+# A node the run meant to test but did not: busy with jobs outside the reservation, or its
+# result came from another host. Never drained (nothing is known against it); the run is
+# incomplete (not passed, exit 1).
+NOT_TESTED = "not tested"
+NOT_TESTED_BUSY = "not tested (busy)"
 
 
 @dataclass
@@ -80,6 +85,12 @@ class BurninReport:
     pair_threshold_gbs: float | None = None
     verdicts: list[Verdict] = field(default_factory=list)
     ib: IbSection | None = None  # None only in reports stored before kiln judged InfiniBand
+    not_tested: dict[str, str] = field(default_factory=dict)  # node -> "not tested (busy): ..."
+
+    @property
+    def complete(self) -> bool:
+        """Every node the run meant to test was tested."""
+        return not self.not_tested
 
     def sort(self) -> None:
         """Failing verdicts first, most severe first; passing ones keep their (node) order."""
@@ -126,6 +137,7 @@ class BurninReport:
                 "failed": len(self.failures),
                 "drain": self.drain(),
                 "infiniband": self.ib.summary() if self.ib else None,
+                "not_tested": len(self.not_tested),
             },
             "floors": {k: f.to_dict() for k, f in self.floors.items()},
             "node_profiles": self.node_profiles,
@@ -134,6 +146,7 @@ class BurninReport:
             "pair_threshold_gbs": self.pair_threshold_gbs,
             "verdicts": [v.to_dict() for v in self.verdicts],
             "infiniband": self.ib.to_dict() if self.ib else None,
+            "not_tested": self.not_tested,
         }
 
     @classmethod
@@ -153,6 +166,7 @@ class BurninReport:
             pair_threshold_gbs=doc.get("pair_threshold_gbs"),
             verdicts=[Verdict.from_dict(v) for v in doc["verdicts"]],
             ib=IbSection.from_dict(doc["infiniband"]) if doc.get("infiniband") else None,
+            not_tested=dict(doc.get("not_tested") or {}),
         )
 
 
@@ -168,10 +182,11 @@ def _allreduce_dict(a: AllreduceResult) -> dict:
         "job": a.job,
         "hosts": list(a.hosts),
         "world_size": a.world_size,
-        "source": a.source,
+        "implementation": a.implementation,
         "scope": a.scope,
         "ring": a.ring,
         "correct": a.correct,
+        "wrong": a.wrong,
         "verdict_bytes": a.verdict_bytes,
         "verdict_busbw_gbs": a.verdict_busbw_gbs,
         "rows": [[r.bytes, r.busbw_gbs, r.algbw_gbs, r.time_us] for r in a.rows],
@@ -183,10 +198,11 @@ def _allreduce_from(d: dict) -> AllreduceResult:
         job=d["job"],
         hosts=tuple(d["hosts"]),
         world_size=d["world_size"],
-        source=d["source"],
+        implementation=d.get("implementation") or d.get("source") or "torch",  # "source": older
         rows=tuple(BandwidthRow(int(b), bus, alg, t) for b, bus, alg, t in d["rows"]),
         verdict_bytes=d["verdict_bytes"],
         verdict_busbw_gbs=d["verdict_busbw_gbs"],
         correct=d["correct"],
         ring=d.get("ring", False),
+        wrong=int(d.get("wrong") or 0),
     )

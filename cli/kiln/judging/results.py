@@ -1,8 +1,10 @@
 """Burn-in results as typed records: the workloads' JSON documents and nccl-tests' output.
 
 `gemm_from_doc` and `allreduce_from_doc` read the documents `workloads/gemm.py` and
-`workloads/allreduce.py` print; `allreduce_from_nccl` turns a parsed nccl-tests run into the same
-record, so judging and plotting treat both alike. A malformed document raises ResultError, which
+`workloads/allreduce.py` print (the GEMM's `host`, added by the per-node job, is the node it ran
+on: a result from another node than its record names is rejected when judged);
+`allreduce_from_nccl` turns a parsed nccl-tests run into the same record, so judging and
+plotting treat both alike. A malformed document raises ResultError, which
 the run-record loader turns into a NoResult for that node or job.
 """
 
@@ -30,6 +32,11 @@ class GemmDevice:
     throttle_reasons: tuple[str, ...] = ()
     temp_c_max: float | None = None
     error: str | None = None
+    # Silent data corruption, bitwise (workloads/gemm.py): the hash of its first product (the
+    # same seeded product on every GPU of a node), and later products that differed from it.
+    digest: str | None = None
+    bit_mismatches: int = 0
+    bit_checks: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +46,12 @@ class GemmResult:
     device_kind: str  # "cuda" or "cpu"
     dtype: str
     devices: tuple[GemmDevice, ...]
+    host: str = ""  # the node the job ran on (the job wrapper's `host`); "" in older records
+
+    def ran_elsewhere(self) -> str | None:
+        """The host, when the result says it ran on another node than its record names."""
+        ran = self.host.split(".")[0]
+        return ran if ran and ran != self.node else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,17 +75,25 @@ class AllreduceResult:
     job: str
     hosts: tuple[str, ...]  # distinct nodes, in rank order
     world_size: int
-    source: str  # "torch" (workloads/allreduce.py) or "nccl-tests"
+    implementation: str  # "nccl-tests" (all_reduce_perf) or "torch" (workloads/allreduce.py)
     rows: tuple[BandwidthRow, ...]
     verdict_bytes: int
     verdict_busbw_gbs: float
     correct: bool
     ring: bool = False
+    wrong: int = 0  # nccl-tests: the #wrong columns' total (0 for torch, which checks the sum)
 
     @property
     def scope(self) -> str:
         """'node' (inside one node), 'pair' (two nodes) or 'fabric' (more)."""
         return {1: "node", 2: "pair"}.get(len(self.hosts), "fabric")
+
+    def busbw_at(self, size: int) -> tuple[int, float]:
+        """(bytes, busbw) at this message size when the sweep has it, else at the verdict's."""
+        for row in reversed(self.rows):
+            if row.bytes == size:
+                return row.bytes, row.busbw_gbs
+        return self.verdict_bytes, self.verdict_busbw_gbs
 
 
 def _distinct(names: list[str]) -> tuple[str, ...]:
@@ -96,6 +117,9 @@ def gemm_from_doc(node: str, doc: Any) -> GemmResult:
                     throttle_reasons=tuple(clocks.get("throttle_reasons") or ()),
                     temp_c_max=clocks.get("temp_c_max"),
                     error=d.get("error"),
+                    digest=d.get("digest"),
+                    bit_mismatches=int(d.get("bit_mismatches") or 0),
+                    bit_checks=int(d.get("bit_checks") or 0),
                 )
             )
         return GemmResult(
@@ -104,13 +128,16 @@ def gemm_from_doc(node: str, doc: Any) -> GemmResult:
             device_kind=str(doc.get("device_kind", "")),
             dtype=str(doc["devices"][0].get("dtype", "")) if doc["devices"] else "",
             devices=tuple(devices),
+            host=str(doc.get("host") or ""),
         )
     except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
         raise ResultError(f"unexpected gemm document ({exc!r})") from None
 
 
 def allreduce_from_doc(job: str, doc: Any) -> AllreduceResult:
-    """The allreduce workload's document (printed by rank 0)."""
+    """An all-reduce document: torch's (workloads/allreduce.py, printed by rank 0) or nccl-tests'
+    (completed by kiln.burnin.nccl_tests). `implementation` and `wrong` default to "torch" and 0,
+    so results recorded before nccl-tests ran still read."""
     try:
         if doc.get("kind") != "allreduce":
             raise ResultError(f"not an allreduce document (kind {doc.get('kind')!r})")
@@ -127,12 +154,13 @@ def allreduce_from_doc(job: str, doc: Any) -> AllreduceResult:
             job=job,
             hosts=_distinct(list(doc["hosts"])),
             world_size=int(doc["world_size"]),
-            source="torch",
+            implementation=str(doc.get("implementation") or "torch"),
             rows=rows,
             verdict_bytes=int(doc["verdict_bytes"]),
             verdict_busbw_gbs=float(doc["verdict_busbw_gbs"]),
             correct=bool(doc.get("correct")),
             ring=doc.get("nccl_algo") == "Ring",
+            wrong=int(doc.get("wrong") or 0),
         )
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ResultError(f"unexpected allreduce document ({exc!r})") from None
@@ -163,9 +191,10 @@ def allreduce_from_nccl(
         job=job,
         hosts=_distinct([d.host.split(".")[0] for d in result.devices]),
         world_size=len(result.devices) or result.params.get("nGpus", 1),
-        source="nccl-tests",
+        implementation="nccl-tests",
         rows=rows,
         verdict_bytes=verdict.bytes,
         verdict_busbw_gbs=verdict.busbw_gbs,
         correct=result.wrong_total == 0 and not result.out_of_bounds,
+        wrong=result.wrong_total,
     )

@@ -1,19 +1,56 @@
 """GEMM rules: per GPU against the floor, its node's best GPU, checksums and throttling;
-per node against the fleet median of its profile (see kiln.judging.analysis for the list)."""
+per node against the fleet median of its profile (see kiln.judging.analysis for the list).
+
+`checksum` is silent data corruption, three ways: a product that disagrees with the FP64
+reference (`checksum_ok`), a product that changed between repeats on one GPU (`bit_mismatches`),
+and a GPU whose product differs bitwise from its node's other GPUs (`digest`: every GPU of a
+node multiplies the same seeded matrices; the GPUs outside the majority are named)."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 from kiln.inventory.model import Node
 from kiln.judging._rules import DRAIN, C, W
 from kiln.judging._rules import node_verdict as _node
 from kiln.judging.model import BurninReport
 from kiln.judging.pairs import median
-from kiln.judging.results import GemmResult
+from kiln.judging.results import GemmDevice, GemmResult
 from kiln.judging.thresholds import Floors
 from kiln.judging.verdicts import Verdict, num
 
 HARDWARE_THROTTLE = {"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
 FAILING_THROTTLE = HARDWARE_THROTTLE | {"sw_thermal_slowdown"}
+
+
+def digest_outliers(devices: tuple[GemmDevice, ...]) -> dict[int, str]:
+    """GPU index -> why its product is not the node's: bitwise unlike the majority of the GPUs
+    that report a digest, or unlike every other when there is no majority (all of them named)."""
+    digests = {d.index: d.digest for d in devices if d.digest and not d.error}
+    if len(digests) < 2:
+        return {}
+    (common, count), *_ = Counter(digests.values()).most_common()
+    total = len(digests)
+    if count * 2 > total:
+        return {
+            index: f"product differs bitwise from the {count}/{total} GPUs that agree"
+            for index, value in digests.items()
+            if value != common
+        }
+    return {i: f"products differ bitwise across {total} GPUs, no majority" for i in digests}
+
+
+def _sdc_text(dev: str, d: GemmDevice, odd: str | None) -> str:
+    if d.error:
+        return f"gemm {dev} failed: {d.error}"
+    if odd:
+        return f"gemm {dev} {odd} (silent data corruption)"
+    if d.bit_mismatches:
+        return (
+            f"gemm {dev} product changed in {d.bit_mismatches}/{d.bit_checks} repeats "
+            "(silent data corruption)"
+        )
+    return f"gemm {dev} wrong results (silent data corruption)"
 
 
 def judge_gemm(report: BurninReport, node: Node, result: GemmResult, f: Floors) -> float | None:
@@ -47,9 +84,13 @@ def judge_gemm(report: BurninReport, node: Node, result: GemmResult, f: Floors) 
         "throttle": [],
     }
     hardware = False
+    outliers = digest_outliers(devices)
     for d in devices:
+        odd = outliers.get(d.index)
         if (
             d.checksum_ok
+            and not d.bit_mismatches
+            and odd is None
             and d.tflops >= floor
             and (relative is None or d.tflops >= relative)
             and (not d.throttle_reasons or FAILING_THROTTLE.isdisjoint(d.throttle_reasons))
@@ -57,12 +98,8 @@ def judge_gemm(report: BurninReport, node: Node, result: GemmResult, f: Floors) 
             continue  # the common case: a healthy GPU costs four comparisons
         dev = f"{label}{d.index}"
         gpu = f"{name}/{dev}"
-        if not d.checksum_ok:
-            text = (
-                f"gemm {dev} failed: {d.error}"
-                if d.error
-                else f"gemm {dev} wrong results (silent data corruption)"
-            )
+        if not d.checksum_ok or d.bit_mismatches or odd:
+            text = _sdc_text(dev, d, odd)
             add(
                 Verdict(
                     "gpu", gpu, "checksum", False, severity=C, action=DRAIN, message=text, node=name

@@ -31,22 +31,25 @@ SEVERITY_RANK = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
 
 # check name -> what it means (the JSON report and the README list these)
 CHECKS = {
+    "tested": "the node was tested: not busy with other jobs, its result from the node itself",
     "result": "the node's gemm job produced a readable result",
     "gpu_count": "every GPU the inventory declares ran the gemm",
-    "checksum": "the gemm's numbers match an FP64 reference (no silent data corruption)",
+    "checksum": "the gemm's products match an FP64 reference and are bitwise the same on every "
+    "GPU of the node and every repeat (no silent data corruption)",
     "gemm_floor": "TFLOPS per GPU at or above the profile floor",
     "gemm_vs_node_best": "no GPU more than gemm_relative_pct below the best GPU of its node",
     "throttle": "no hardware or thermal clock slowdown during the gemm",
     "node_vs_fleet": "node mean TFLOPS not more than node_relative_pct below its profile's median",
-    "allreduce_node": "all-reduce busbw inside the node at or above the floor",
-    "allreduce_fabric": "multi-node all-reduce busbw at or above the floor",
+    "allreduce_node": "all-reduce busbw inside a node at or above its profile intra-node floor",
+    "allreduce_fabric": "multi-node all-reduce busbw at or above rails x line rate x efficiency",
     "allreduce_pairs": "the node's pairwise all-reduces are not mostly slow",
     "allreduce_link": "a node pair is slow while both nodes are fine with others",
-    "allreduce_correct": "the all-reduce produced the exact sum",
+    "allreduce_correct": "the all-reduce produced the exact sum (nccl-tests: #wrong is 0)",
     "ib_hca": "every declared HCA present, its port Active/LinkUp at the declared rate",
     "ib_bandwidth": "ib_write_bw on each rail at or above its floor (a share of the line rate)",
     "ib_link": "a node pair is slow on a rail while both nodes are fine with other peers",
     "ib_counters": "no InfiniBand error counter of a declared port rose during burn-in",
+    "dcgm": "dcgmi diag (level by suite) failed no test and skipped no required test",
 }
 
 
@@ -82,6 +85,7 @@ class Verdict:
     action: Action = Action.NONE
     message: str = ""  # one line for people; the drain reason is built from it
     node: str | None = None  # the node this verdict belongs to, when it is about one
+    rule: str = ""  # which rule set the threshold, where several could (all-reduce floors by scope)
 
     @property
     def reason(self) -> str:
@@ -101,6 +105,7 @@ class Verdict:
             "action": str(self.action),
             "message": self.message,
             "reason": self.reason,
+            "rule": self.rule,
         }
 
     @classmethod
@@ -117,6 +122,7 @@ class Verdict:
             severity=Severity(d.get("severity", "info")),
             action=Action(d.get("action", "none")),
             message=d.get("message", ""),
+            rule=d.get("rule", ""),
         )
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+
+from kiln.parsers import ParseError
 
 # Values nvidia-smi, ibstat and friends print when a field has no value on this device.
 _MISSING = {
@@ -85,3 +88,74 @@ def norm_guid(value: str) -> str:
     if text.startswith("0x"):
         text = text[2:]
     return text.rjust(16, "0")
+
+
+# --- Lines a reader leaves out ----------------------------------------------------------------
+# A capture taken with stderr folded into stdout (`ibnetdiscover > f 2>&1`, pdsh, a pasted
+# terminal) carries the diagnostics that libibmad, libibumad and libibnetdisc print:
+#   ibwarn: [298726] mad_rpc_open_port: client_register for mgmt 1 failed
+#   ibpanic: [7851] main: stat of IB device 'mlx5_1' failed: Invalid argument
+#   ibnetdiscover: iberror: failed: discover failed
+#   src/query_smp.c:195; umad (DR path slid 0; dlid 0; 0,1,1,31 Attr 0x11:0) bad status 110; ...
+#   /var/tmp/OFED_topdir/BUILD/rdma-core-2307mlnx47/libibnetdisc/ibnetdisc.c:802; can't open ...
+_DIAGNOSTIC = re.compile(
+    r"^(?:ib(?:warn|panic|error|debug|info)\b"  # libibmad's IBWARN/IBPANIC/IBERROR
+    r"|[\w.-]+: ib(?:warn|panic|error)\b"  # "<tool>: iberror: failed: ..."
+    r"|\S+\.c:\d+; )"  # "<source file>.c:<line>; <message>" (libibmad's IBWARN with location)
+)
+_FATAL = re.compile(r"\bib(?:panic|error)\b|\bfailed\b")
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedLine:
+    """A line a reader left out: a diagnostic the tool printed on stderr, or text that is not
+    the tool's output at all (a shell prompt, sudo's or ssh's own warnings)."""
+
+    line_no: int  # 1-based, in the text the reader was given
+    line: str
+    reason: str  # "diagnostic", or "not <tool> output"
+
+    def describe(self) -> str:
+        return f"line {self.line_no} skipped ({self.reason}): {self.line.strip()!r}"
+
+
+def diagnostic(line: str) -> bool:
+    """True for a diagnostic line of infiniband-diags and its libraries (see above)."""
+    return _DIAGNOSTIC.match(line.strip()) is not None
+
+
+def skip(
+    tool: str,
+    skipped: list[SkippedLine],
+    line_no: int,
+    line: str,
+    *,
+    damaged: str | None = None,
+) -> None:
+    """Leave out a line the reader cannot read, or raise when it is the tool's own output damaged.
+
+    `damaged`: the reader's message when the line has the shape of the tool's own output (a
+    port line, a counter, a key: value) and still does not parse: a cut or garbled capture,
+    where skipping would silently lose a cable or a counter.
+    """
+    if diagnostic(line):
+        skipped.append(SkippedLine(line_no, line.rstrip(), "diagnostic"))
+    elif damaged is not None:
+        raise ParseError(tool, damaged, line_no=line_no, line=line)
+    else:
+        skipped.append(SkippedLine(line_no, line.rstrip(), f"not {tool} output"))
+
+
+def nothing_usable(tool: str, what: str, skipped: list[SkippedLine]) -> ParseError:
+    """The error for a capture with nothing usable: it names the line that says why, when the
+    tool printed one (its last fatal diagnostic, else the first line skipped)."""
+    if not skipped:
+        return ParseError(tool, f"no {what} found")
+    fatal = [s for s in skipped if s.reason == "diagnostic" and _FATAL.search(s.line)]
+    why = fatal[-1] if fatal else skipped[0]
+    return ParseError(
+        tool,
+        f"no {what} found; {len(skipped)} line(s) skipped, such as this {why.reason}",
+        line_no=why.line_no,
+        line=why.line,
+    )

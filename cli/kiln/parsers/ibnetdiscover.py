@@ -14,6 +14,14 @@ cable becomes one `IbLink` (a link printed from both ends is kept once). The gra
 Slurm's topology.conf needs: leaf switches (with hosts attached), the switches above them and
 which host hangs off which leaf. SHARP aggregation nodes (a CA inside every Quantum switch) are
 kept in the graph but never count as hosts.
+
+What real captures carry besides: stderr folded in (`src/query_smp.c:195; umad (...) bad status
+110; Connection timed out`, `ibwarn: ...`) and other text that is not the tool's (a shell
+prompt) are skipped, each named by its line in `IbFabric.skipped`; `-g` grouping headers
+("Non-Chassis Nodes") are read past. Releases before about 2009 print no link width and speed
+(`# "node24 HCA-1" lid 18`): such links have none and are not judged by rate. A line with the
+shape of the tool's own output that still does not parse is a damaged capture and an error,
+and so is a capture with no node at all.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from kiln.parsers import ParseError
-from kiln.parsers._common import norm_guid
+from kiln.parsers._common import SkippedLine, norm_guid, nothing_usable, skip
 
 TOOL = "ibnetdiscover"
 
@@ -41,11 +49,16 @@ _PORT = re.compile(
     r"(?:\((?P<peer_portguid>[0-9a-fA-F]+)\))?\s*(?:#\s*(?P<comment>.*))?$"
 )
 _PEER = re.compile(
-    r'"(?P<desc>[^"]*)"\s+lid\s+(?P<lid>\d+)\s+(?P<width>\d+x)(?P<speed>[A-Za-z0-9]+)\s*$'
+    r'"(?P<desc>[^"]*)"\s+lid\s+(?P<lid>\d+)(?:\s+(?P<width>\d+x)(?P<speed>[A-Za-z0-9]+))?\s*$'
 )
 _OWN_LID = re.compile(r"\blid\s+(\d+)")
 # CAs whose node description was never set print the adapter's default instead of a hostname.
 _DEFAULT_CA_DESC = re.compile(r"^(MT\d+\b|Mellanox Technologies|NVIDIA\b)")
+# `-g` (grouping) headers between the blocks.
+_GROUPING = re.compile(r"^(?:Non-Chassis Nodes|Chassis\s+\d+\b.*)$")
+# The start of a line of the tool's own: a port, a node, a header. Such a line that does not
+# parse is a damaged capture, not a stray line.
+_OURS = re.compile(r"^(?:\[\d|(?:Switch|Ca|Rt)\s|(?:vendid|devid|sysimgguid|\w+guid)=)")
 
 
 @dataclass(slots=True)
@@ -69,13 +82,16 @@ class IbNode:
     def hostname(self) -> str | None:
         """The host of a CA, from its node description ("a08-p1-dgx-04-c01 mlx5_5").
 
-        None for aggregation nodes and for CAs still showing the adapter's default description.
+        rdma-ndd (and OFED before it) sets "<host> <hca>": two words. None for aggregation
+        nodes and for CAs still showing a default description ("MT4129 ConnectX7 Mellanox
+        Technologies", "Pseudo InfiniBand HCA driver").
         """
         if self.kind != "ca" or not self.description or self.is_aggregation_node:
             return None
-        if _DEFAULT_CA_DESC.match(self.description):
+        words = self.description.split()
+        if len(words) != 2 or _DEFAULT_CA_DESC.match(self.description):
             return None
-        return self.description.split()[0]
+        return words[0]
 
     @property
     def short_name(self) -> str:
@@ -96,7 +112,7 @@ class IbLink:
     a_port: int
     b_guid: str
     b_port: int
-    width: str | None  # "4x"
+    width: str | None  # "4x"; None when the release printed no rate
     speed: str | None  # "NDR", "HDR", "EDR"
 
     def other(self, guid: str) -> tuple[str, int]:
@@ -109,6 +125,7 @@ class IbFabric:
     links: list[IbLink] = field(default_factory=list)
     # node GUID -> its links; kept by add_link so lookups stay linear on large fabrics
     adjacency: dict[str, list[IbLink]] = field(default_factory=dict)
+    skipped: list[SkippedLine] = field(default_factory=list)  # diagnostics and stray lines
 
     def add_link(self, link: IbLink) -> None:
         self.links.append(link)
@@ -163,8 +180,13 @@ class IbFabric:
         return levels
 
     def degraded_links(self, width: str, speed: str) -> list[IbLink]:
-        """Links not running at the expected width and speed (e.g. "4x", "NDR")."""
-        return [lk for lk in self.links if (lk.width, lk.speed) != (width, speed)]
+        """Links not running at the expected width and speed (e.g. "4x", "NDR"); links whose
+        rate the capture does not show are not judged."""
+        return [
+            lk
+            for lk in self.links
+            if lk.speed is not None and (lk.width, lk.speed) != (width, speed)
+        ]
 
 
 def _node(fabric: IbFabric, guid: str, kind: str) -> IbNode:
@@ -175,7 +197,10 @@ def _node(fabric: IbFabric, guid: str, kind: str) -> IbNode:
 
 
 def parse_ibnetdiscover(text: str) -> IbFabric:
-    """Parse `ibnetdiscover` output (also a partial one: peers without a block are kept)."""
+    """Parse `ibnetdiscover` output (also a partial one: peers without a block are kept).
+
+    Diagnostics and stray lines are skipped into `IbFabric.skipped`; ParseError for a damaged
+    line of the tool's own or a capture with no node."""
     fabric = IbFabric()
     seen_links: set[frozenset[tuple[str, int]]] = set()
     current: IbNode | None = None
@@ -186,7 +211,7 @@ def parse_ibnetdiscover(text: str) -> IbFabric:
         if not line:
             current, header = None, {}
             continue
-        if line.startswith("#"):
+        if line.startswith("#") or _GROUPING.match(line):
             continue
         if match := _HEADER.match(line):
             header[match.group("key")] = match.group("value")
@@ -224,8 +249,14 @@ def parse_ibnetdiscover(text: str) -> IbFabric:
                 seen_links.add(key)
                 fabric.add_link(IbLink(current.guid, port, peer_guid, peer_port, width, speed))
             continue
-        raise ParseError(TOOL, "unrecognised line", line_no=line_no, line=raw)
+        skip(
+            TOOL,
+            fabric.skipped,
+            line_no,
+            raw,
+            damaged="unrecognised line" if _OURS.match(line) else None,
+        )
 
     if not fabric.nodes:
-        raise ParseError(TOOL, "no switch or CA found")
+        raise nothing_usable(TOOL, "switch or CA", fabric.skipped)
     return fabric

@@ -9,6 +9,12 @@ CA 'mlx5_0'
 <TAB><TAB>Physical state: LinkUp
 <TAB><TAB>Rate: 400
 ...
+
+ibstat indents everything but the "CA '<name>'" lines, so a line at column 0 that is not one is
+no part of its output: libibumad's diagnostics on stderr folded in (`ibpanic: [7851] main: stat
+of IB device 'mlx5_1' failed: Invalid argument`), a shell prompt. Such lines are skipped and,
+when the caller passes a list, named there; an indented line that does not read is damaged
+output and an error.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 
 from kiln.parsers import ParseError
-from kiln.parsers._common import integer, norm_guid, number
+from kiln.parsers._common import SkippedLine, integer, norm_guid, nothing_usable, number, skip
 
 TOOL = "ibstat"
 
@@ -119,8 +125,12 @@ def _build_ca(name: str, raw: dict[str, str], ports: list[IbPort]) -> IbCa:
     )
 
 
-def parse_ibstat(text: str) -> list[IbCa]:
-    """Parse `ibstat` (all CAs, or one: `ibstat mlx5_0`) into CAs in the order printed."""
+def parse_ibstat(text: str, skipped: list[SkippedLine] | None = None) -> list[IbCa]:
+    """Parse `ibstat` (all CAs, or one: `ibstat mlx5_0`) into CAs in the order printed.
+
+    Lines that are no part of ibstat's output are left out and appended to `skipped` when it is
+    given; ParseError for damaged output or when no CA is left."""
+    skipped = [] if skipped is None else skipped
     cas: list[IbCa] = []
     ca_name: str | None = None
     ca_raw: dict[str, str] = {}
@@ -148,8 +158,10 @@ def parse_ibstat(text: str) -> list[IbCa]:
             close_ca()
             ca_name = match.group("name")
             continue
-        if ca_name is None:
-            raise ParseError(TOOL, "expected \"CA '<name>'\"", line_no=line_no, line=line)
+        if ca_name is None or not line[:1].isspace():
+            damaged = "expected \"CA '<name>'\"" if line[:1].isspace() else None
+            skip(TOOL, skipped, line_no, line, damaged=damaged)
+            continue
         if match := _PORT.match(line):
             close_port()
             port_num = int(match.group("num"))
@@ -166,5 +178,5 @@ def parse_ibstat(text: str) -> list[IbCa]:
             ca_raw[key] = value
     close_ca()
     if not cas:
-        raise ParseError(TOOL, "no CA found")
+        raise nothing_usable(TOOL, "CA", skipped)
     return cas

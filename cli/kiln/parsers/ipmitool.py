@@ -1,8 +1,21 @@
-"""`ipmitool sdr [list|elist]`, `ipmitool fru print` and `ipmitool mc info`.
+"""`ipmitool sdr [list|elist|type ...]`, `ipmitool fru print` and `ipmitool mc info`.
 
 sdr rows are pipe-separated: `name | value unit | status` (sdr list), or
-`name | id | status | entity | value unit` (sdr elist). fru print and mc info are
-`Key : value` lines; mc info ends with an indented list under "Additional Device Support".
+`name | id | status | entity | reading` (sdr elist, sdr type). The reading of a discrete sensor is
+the list of states ipmitool decoded, after the number when there is one:
+
+    Power Supply 1   | 06h | ok  | 10.1 | 0 Watts, Presence detected, Failure detected
+    PSU1 Status      | E0h | ok  | 10.1 | Presence detected, Power Supply AC lost
+
+The status column is "ok" for every readable discrete sensor, whatever its state: a failed power
+supply reads "ok" there (lib/ipmi_sdr.c). `SdrSensor.states` keeps the states; judging them is
+kiln.power.sensors'. `sdr list` (3 columns) prints discrete readings as raw hex ("0x00"): nothing
+to judge, which is why kiln reads `sdr elist`.
+
+fru print and mc info are `Key : value` lines; mc info ends with an indented list under
+"Additional Device Support". Lines that are none of these (ipmitool's own complaints folded into
+the capture: "Unable to send command: Invalid argument", "Device not present (Timeout)") are left
+out and listed; only output with nothing usable is an error.
 """
 
 from __future__ import annotations
@@ -10,11 +23,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from kiln.parsers import ParseError
-from kiln.parsers._common import integer
+from kiln.parsers._common import SkippedLine, integer, nothing_usable, skip
 
 _KV = re.compile(r"^\s*(?P<key>[^:]+?)\s*:\s?(?P<value>.*?)\s*$")
 _READING = re.compile(r"^(?P<num>[-+]?\d+(?:\.\d+)?)(?:\s+(?P<unit>\S.*))?$")
+_HEX = re.compile(r"^0x[0-9a-fA-F]+$")
+SDR = "ipmitool sdr"
+_FRU_AREAS = ("Chassis ", "Board ", "Product ")  # the fields of `fru print` (lib/ipmi_fru.c)
+# What ipmitool prints in the status column (lib/ipmi_sdr.c); anything else is not a sensor row
+# (an ansible or pdsh header such as "node1 | CHANGED | rc=0 >>").
+STATUSES = {"ok", "ns", "nc", "cr", "nr", "lnc", "unc", "lcr", "ucr", "lnr", "unr", "na"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,15 +44,48 @@ class SdrSensor:
     status: str  # ok, ns (no sensor), cr (critical), nr (non-recoverable), nc (non-critical)
     sensor_id: str | None = None  # elist only ("04h")
     entity: str | None = None  # elist only ("7.1")
+    states: tuple[str, ...] = ()  # discrete states ("Presence detected", "Failure detected")
 
     @property
     def is_critical(self) -> bool:
-        return self.status in ("cr", "nr")
+        return self.status in ("cr", "nr", "lcr", "ucr", "lnr", "unr")
+
+    @property
+    def has_reading(self) -> bool:
+        """False for "ns" sensors (absent, disabled, no reading): nothing to judge."""
+        return self.status != "ns"
 
 
-def parse_sdr(text: str) -> list[SdrSensor]:
-    """Parse `ipmitool sdr`, `sdr list`, `sdr type ...` (3 columns) or `sdr elist` (5 columns)."""
+@dataclass(frozen=True, slots=True)
+class SdrReading:
+    sensors: list[SdrSensor]
+    skipped: list[SkippedLine] = field(default_factory=list)
+
+
+def _split_reading(reading: str) -> tuple[float | None, str | None, tuple[str, ...]]:
+    """(value, unit, states) of a reading column: "0 Watts, Presence detected" -> (0.0, "Watts",
+    ("Presence detected",)). "AC out-of-range, but present" is one state, commas and all."""
+    parts: list[str] = []
+    for part in (p.strip() for p in reading.split(",")):
+        if parts and part.startswith("but "):
+            parts[-1] += ", " + part
+        elif part:
+            parts.append(part)
+    value: float | None = None
+    unit: str | None = None
+    if parts and (match := _READING.match(parts[0])):
+        value, unit = float(match["num"]), match["unit"] or None
+        parts = parts[1:]
+    if len(parts) == 1 and (_HEX.match(parts[0]) or parts[0].lower() == "no reading"):
+        parts = []
+    return value, unit, tuple(parts)
+
+
+def read_sdr(text: str) -> SdrReading:
+    """Read `ipmitool sdr`, `sdr list`, `sdr type ...` (3 columns) or `sdr elist` (5 columns);
+    lines that are not sensor rows are skipped and listed."""
     sensors: list[SdrSensor] = []
+    skipped: list[SkippedLine] = []
     for line_no, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -45,18 +96,22 @@ def parse_sdr(text: str) -> list[SdrSensor]:
         elif len(cols) == 5:
             name, sensor_id, status, entity, reading = cols
         else:
-            raise ParseError(
-                "ipmitool sdr", "expected 3 or 5 '|'-separated columns", line_no=line_no, line=line
-            )
-        value: float | None = None
-        unit: str | None = None
-        if match := _READING.match(reading):
-            value = float(match["num"])
-            unit = match["unit"] or None
-        sensors.append(SdrSensor(name, value, unit, reading, status, sensor_id, entity))
+            damaged = "expected 3 or 5 '|'-separated columns" if "|" in line else None
+            skip(SDR, skipped, line_no, line, damaged=damaged)
+            continue
+        if status.lower() not in STATUSES:
+            skip(SDR, skipped, line_no, line)
+            continue
+        value, unit, states = _split_reading(reading)
+        sensors.append(SdrSensor(name, value, unit, reading, status, sensor_id, entity, states))
     if not sensors:
-        raise ParseError("ipmitool sdr", "no sensor rows")
-    return sensors
+        raise nothing_usable(SDR, "sensor rows", skipped)
+    return SdrReading(sensors, skipped)
+
+
+def parse_sdr(text: str) -> list[SdrSensor]:
+    """The sensors of `ipmitool sdr` output (see read_sdr for the lines it leaves out)."""
+    return read_sdr(text).sensors
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +120,7 @@ class FruRecord:
 
     fields: dict[str, str]
     description: str | None = None  # "Builtin FRU Device (ID 0)" when the header line is there
+    notes: tuple[str, ...] = ()  # what ipmitool said instead: "Device not present (Timeout)"
 
     @property
     def board_manufacturer(self) -> str | None:
@@ -92,27 +148,37 @@ class FruRecord:
 
 
 def parse_fru(text: str) -> list[FruRecord]:
-    """Parse `ipmitool fru print [id]`: one record per "FRU Device Description" block."""
+    """Parse `ipmitool fru print [id]`: one record per "FRU Device Description" block. A line
+    without a colon inside a block ("Device not present (Timeout)") is that device's note."""
     records: list[FruRecord] = []
     fields: dict[str, str] = {}
+    notes: list[str] = []
     description: str | None = None
+    skipped: list[SkippedLine] = []
     for line_no, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         match = _KV.match(line)
         if not match:
-            raise ParseError("ipmitool fru", "expected 'Key : value'", line_no=line_no, line=line)
+            if description is not None:
+                notes.append(line.strip())
+            else:
+                skip("ipmitool fru", skipped, line_no, line)
+            continue
         key, value = match["key"], match["value"]
         if key == "FRU Device Description":
             if fields or description is not None:
-                records.append(FruRecord(fields, description))
-            fields, description = {}, value
+                records.append(FruRecord(fields, description, tuple(notes)))
+            fields, description, notes = {}, value, []
+            continue
+        if not key.startswith(_FRU_AREAS):  # "Error: Unable to establish IPMI v2 ..."
+            skip("ipmitool fru", skipped, line_no, line)
             continue
         fields.setdefault(key, value)
     if fields or description is not None:
-        records.append(FruRecord(fields, description))
+        records.append(FruRecord(fields, description, tuple(notes)))
     if not records:
-        raise ParseError("ipmitool fru", "no FRU fields")
+        raise nothing_usable("ipmitool fru", "FRU fields", skipped)
     return records
 
 
@@ -146,10 +212,11 @@ class McInfo:
 
 
 def parse_mc_info(text: str) -> McInfo:
-    """Parse `ipmitool mc info`."""
+    """Parse `ipmitool mc info`; lines that are not `Key : value` are left out."""
     fields: dict[str, str] = {}
     lists: dict[str, list[str]] = {}
     current_list: str | None = None
+    skipped: list[SkippedLine] = []
     for line_no, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -158,9 +225,9 @@ def parse_mc_info(text: str) -> McInfo:
             continue
         match = _KV.match(line)
         if not match:
-            raise ParseError(
-                "ipmitool mc info", "expected 'Key : value'", line_no=line_no, line=line
-            )
+            skip("ipmitool mc info", skipped, line_no, line)
+            current_list = None
+            continue
         key, value = match["key"], match["value"]
         if value:
             fields[key] = value
@@ -169,5 +236,5 @@ def parse_mc_info(text: str) -> McInfo:
             current_list = key
             lists[key] = []
     if "Manufacturer ID" not in fields:
-        raise ParseError("ipmitool mc info", "no 'Manufacturer ID' line")
+        raise nothing_usable("ipmitool mc info", "'Manufacturer ID' line", skipped)
     return McInfo(fields, tuple(lists.get("Additional Device Support", ())))

@@ -12,6 +12,10 @@ log, print several); `-x` prints the extended set (64-bit data counters), `-E` t
 PortRcvErrorDetails set. Lines are `Name:` padded with dots to a column, then the value (hex for
 the select masks). PortXmitData and PortRcvData count 4-octet words, as the IBA defines them.
 
+Lines that are no part of perfquery's output (libibmad's `ibwarn: ...`, `perfquery: iberror:
+...` on stderr folded in, a shell prompt) are skipped and, when the caller passes a list, named
+there; a header or counter line that does not read is damaged output and an error.
+
 The error counters map to the names sysfs gives the same PMA counters
 (/sys/class/infiniband/<hca>/ports/<p>/counters/<name>), which kiln.fabric.links watches, so a
 switch port read with perfquery (no sysfs of its own) is judged like a node's HCA port.
@@ -23,6 +27,7 @@ import re
 from dataclasses import dataclass
 
 from kiln.parsers import ParseError
+from kiln.parsers._common import SkippedLine, nothing_usable, skip
 
 TOOL = "perfquery"
 
@@ -32,6 +37,7 @@ _HEADER = re.compile(
     r"(?:\s*\((?P<caps>[^)]*)\))?\s*$"
 )
 _COUNTER = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9]*):\.*(?P<value>(?:0x[0-9a-fA-F]+|\d+))\s*$")
+_COUNTER_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9]*:")  # the shape of a counter line
 _CAP_MASK = re.compile(r"\bCapMask:\s*(0x[0-9a-fA-F]+)")
 _SELECTS = ("PortSelect", "CounterSelect", "CounterSelect2")
 
@@ -83,8 +89,10 @@ class PortCounters:
         return None if xmit is None or rcv is None else (4 * xmit, 4 * rcv)
 
 
-def parse_perfquery(text: str) -> list[PortCounters]:
-    """Every counter block of a perfquery output, in order."""
+def parse_perfquery(text: str, skipped: list[SkippedLine] | None = None) -> list[PortCounters]:
+    """Every counter block of a perfquery output, in order; lines that are no part of it are
+    left out and appended to `skipped` when it is given."""
+    skipped = [] if skipped is None else skipped
     blocks: list[PortCounters] = []
     for line_no, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
@@ -107,9 +115,15 @@ def parse_perfquery(text: str) -> list[PortCounters]:
             continue
         match = _COUNTER.match(stripped)
         if match is None:
-            raise ParseError(
-                TOOL, "not a `Name:....value` counter line", line_no=line_no, line=line
+            damaged = "not a `Name:....value` counter line"
+            skip(
+                TOOL,
+                skipped,
+                line_no,
+                line,
+                damaged=damaged if _COUNTER_LIKE.match(stripped) else None,
             )
+            continue
         if not blocks:
             raise ParseError(TOOL, "counter before any '# ... counters' header", line_no=line_no)
         name, value = match.group("name"), int(match.group("value"), 0)
@@ -118,5 +132,5 @@ def parse_perfquery(text: str) -> list[PortCounters]:
         if name not in _SELECTS:
             blocks[-1].counters[name] = value
     if not blocks:
-        raise ParseError(TOOL, "no '# ... counters: Lid L port P' block found")
+        raise nothing_usable(TOOL, "'# ... counters: Lid L port P' block", skipped)
     return blocks

@@ -29,12 +29,14 @@ class GeneratedFile:
 
 
 def render_files(cluster: Cluster) -> tuple[GeneratedFile, ...]:
-    context = cluster_context(cluster)
+    # The switches as the fabric is cabled (kiln_slurm.ibnetdiscover_file), not racks; slurm.conf
+    # switches the topology plugin on when that topology.conf holds a switch.
+    fabric = topology_from_capture(cluster) if cluster.slurm.topology == "fabric" else None
+    context = cluster_context(cluster, None if fabric is None else len(fabric.topology.switches))
     files = []
     for name in GENERATED_FILES:
-        if name == "topology.conf" and cluster.slurm.topology == "fabric":
-            # The switches as the fabric is cabled (kiln_slurm.ibnetdiscover_file), not racks.
-            files.append(GeneratedFile(name, topology_from_capture(cluster).conf))
+        if name == "topology.conf" and fabric is not None:
+            files.append(GeneratedFile(name, fabric.conf))
         else:
             files.append(GeneratedFile(name, render_template(f"{name}.j2", context)))
     return tuple(files)

@@ -116,8 +116,10 @@ class FanAdapter:
         return self.decode(output) if self.decode else None
 
 
-# Supermicro X10/X11/X12/H11/H12 BMCs: OEM "fan mode" get (0x30 0x45 0x00) and set
-# (0x30 0x45 0x01 <mode>); modes 0 standard, 1 full, 2 optimal, 4 heavy IO.
+# Supermicro X10-X13/H11-H13 BMCs: OEM "fan mode" get (0x30 0x45 0x00) and set
+# (0x30 0x45 0x01 <mode>); modes 0 standard, 1 full, 2 optimal, 4 heavy IO. X13/H13 (AST2600 BMC,
+# the HGX H100/H200 generation: X13DEG-OAD in SYS-821GE-TNHR, H13DSG-O-CPU in AS -8125GS-TNHR)
+# keep the same commands; X14/H14 changed their fan control and are refused (docs/power.md).
 _SMC_MODES = {"standard": "0x00", "full": "0x01", "optimal": "0x02", "heavy-io": "0x04"}
 
 
@@ -133,24 +135,25 @@ def _smc_decode(output: str) -> str | None:
 
 
 SUPERMICRO = FanAdapter(
-    name="Supermicro X10-X12/H11-H12 BMC",
+    name="Supermicro X10-X13/H11-H13 BMC",
     vendor="supermicro",
     manufacturer_id=SUPERMICRO_IANA,
-    model_pattern=re.compile(r"^(X10|X11|X12|H11|H12)[A-Z0-9]", re.IGNORECASE),
+    model_pattern=re.compile(r"^(X10|X11|X12|X13|H11|H12|H13)[A-Z0-9]", re.IGNORECASE),
     product_ids=None,  # product ids vary per board; the board model decides
     set_commands={p: (("raw", "0x30", "0x45", "0x01", code),) for p, code in _SMC_MODES.items()},
     read_command=("raw", "0x30", "0x45", "0x00"),
     decode=_smc_decode,
 )
 
-# Dell iDRAC 7/8/9 (IPMI product id 256): OEM 0x30 0x30 — 0x01 0x01 hands fans back to the
+# Dell iDRAC 7/8/9 (IPMI product id 256; PowerEdge R and the XE GPU servers: XE8545, XE9680):
+# OEM 0x30 0x30 — 0x01 0x01 hands fans back to the
 # iDRAC's automatic control, 0x01 0x00 takes manual control, 0x02 0xff <pct> sets every fan.
 # No read-back exists, so the role keeps the last profile it applied in a state file.
 DELL = FanAdapter(
     name="Dell iDRAC (PowerEdge)",
     vendor="dell",
     manufacturer_id=DELL_IANA,
-    model_pattern=re.compile(r"PowerEdge|iDRAC|^R\d{3}", re.IGNORECASE),
+    model_pattern=re.compile(r"PowerEdge|iDRAC|^R\d{3}|^XE\d{4}", re.IGNORECASE),
     product_ids=frozenset({256}),
     set_commands={
         "standard": (("raw", "0x30", "0x30", "0x01", "0x01"),),

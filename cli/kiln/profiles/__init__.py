@@ -1,26 +1,38 @@
 """Hardware profiles and the version-compatibility table.
 
-The data lives in `hardware.yml` and `compat.yml` next to this module; this module only loads it
-into typed models and answers questions about it. Nothing here prints or touches a host.
+The data lives in `hardware.yml` and `compat.yml` next to this module; this package only loads it
+into typed models and answers questions about it (the table's models are in `compat`). Nothing
+here prints or touches a host.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
-from importlib import resources
 from typing import Any, Literal, Self
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, model_validator
+
+from kiln.profiles._common import Model as _Model
+from kiln.profiles._common import parse_version, read_yaml
+from kiln.profiles.compat import (
+    Architecture,
+    BurninRuntime,
+    CompatProblem,
+    CompatTable,
+    Versions,
+    load_compat,
+)
 
 __all__ = [
+    "Architecture",
     "BurninFloors",
+    "BurninRuntime",
     "CompatProblem",
     "CompatTable",
     "HardwareProfile",
     "NodeShape",
     "Versions",
+    "burnin_runtime",
     "get_profile",
     "load_compat",
     "load_profiles",
@@ -28,32 +40,7 @@ __all__ = [
     "profile_for_product_name",
 ]
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-VersionKey = Literal["driver_branch", "cuda", "nccl", "slurm"]
-
-
-def parse_version(text: str) -> tuple[int, ...]:
-    """'12.10' -> (12, 10). Dotted numeric versions compare correctly as tuples."""
-    parts = str(text).strip().split(".")
-    if not all(p.isdigit() for p in parts):
-        raise ValueError(f"not a dotted numeric version: {text!r}")
-    return tuple(int(p) for p in parts)
-
-
-def _read_yaml(name: str) -> Any:
-    text = resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
-    return yaml.load(text, Loader=_Loader)  # a safe loader: the C one when PyYAML has it
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-def _dotted(value: Any) -> str:
-    value = str(value)
-    parse_version(value)
-    return value
+GpuArchitecture = Literal["ampere", "ada", "hopper", "blackwell"]
 
 
 # --------------------------------------------------------------------------- hardware profiles
@@ -96,6 +83,8 @@ class HardwareProfile(_Model):
     burnin_floors: BurninFloors
     node_shape: NodeShape
     gres_type: str | None = None
+    architecture: GpuArchitecture | None = None  # the key into compat.yml `architectures`
+    compute_capability: str | None = None  # what CUDA calls it: "9.0" is sm_90
     min_driver_branch: int | None = None
     open_kernel_modules: bool = False
 
@@ -114,16 +103,19 @@ class HardwareProfile(_Model):
             lo, default, hi = power
             if not lo < default <= hi:  # type: ignore[operator]
                 raise ValueError(f"{self.id}: need power min < default <= max")
-        if self.is_gpu and (self.bf16_tflops is None or self.gres_type is None):
-            raise ValueError(f"{self.id}: a GPU profile needs bf16_tflops and gres_type")
+        if self.is_gpu and (
+            self.bf16_tflops is None or self.gres_type is None or self.architecture is None
+        ):
+            raise ValueError(f"{self.id}: a GPU profile needs bf16_tflops, gres_type, architecture")
         return self
 
 
 @functools.cache
 def load_profiles() -> dict[str, HardwareProfile]:
     """Every hardware profile by id, with driver requirements merged in from compat.yml."""
-    raw: dict[str, dict[str, Any]] = _read_yaml("hardware.yml")
-    gpu_rules = load_compat().gpu_profiles
+    raw: dict[str, dict[str, Any]] = read_yaml("hardware.yml")
+    compat = load_compat()
+    gpu_rules = compat.gpu_profiles
     unknown = sorted(set(gpu_rules) - set(raw))
     if unknown:
         raise ValueError(f"compat.yml names unknown hardware profiles: {', '.join(unknown)}")
@@ -131,8 +123,21 @@ def load_profiles() -> dict[str, HardwareProfile]:
     for profile_id, data in raw.items():
         rule = gpu_rules.get(profile_id)
         extra = rule.model_dump() if rule else {}
-        profiles[profile_id] = HardwareProfile(id=profile_id, **data, **extra)
+        profile = HardwareProfile(id=profile_id, **data, **extra)
+        if profile.architecture is not None and profile.architecture not in compat.architectures:
+            raise ValueError(
+                f"{profile_id}: architecture {profile.architecture} is not in compat.yml"
+            )
+        profiles[profile_id] = profile
     return profiles
+
+
+def burnin_runtime(profile_id: str) -> BurninRuntime:
+    """The torch build burn-in installs on a node of this profile, chosen by its GPU architecture
+    from compat.yml (Blackwell needs a CUDA 12.8 build); the table's default for CPU-only nodes."""
+    compat = load_compat()
+    architecture = get_profile(profile_id).architecture
+    return compat.runtime_for(architecture)
 
 
 def get_profile(profile_id: str) -> HardwareProfile:
@@ -161,227 +166,3 @@ def _by_product_name() -> dict[str, HardwareProfile]:
 def profile_for_product_name(name: str) -> HardwareProfile | None:
     """The profile whose GPU reports this nvidia-smi product name (whitespace and case ignored)."""
     return _by_product_name().get(" ".join(name.split()).casefold())
-
-
-# --------------------------------------------------------------------------- compatibility
-
-
-class Versions(_Model):
-    driver_branch: int
-    cuda: str
-    nccl: str
-    slurm: str
-
-    @field_validator("cuda", "nccl", "slurm", mode="before")
-    @classmethod
-    def _as_str(cls, value: Any) -> str:
-        return _dotted(value)
-
-    def describe(self) -> str:
-        return (
-            f"driver branch {self.driver_branch}, CUDA {self.cuda}, NCCL {self.nccl}, "
-            f"Slurm {self.slurm}"
-        )
-
-    def sort_key(self) -> tuple[tuple[int, ...], ...]:
-        return (
-            (self.driver_branch,),
-            parse_version(self.cuda),
-            parse_version(self.nccl),
-            parse_version(self.slurm),
-        )
-
-
-class CompatProblem(_Model):
-    level: Literal["error", "warning"]
-    key: VersionKey | None  # the field of kiln_versions at fault; None: the combination
-    message: str
-    hint: str
-
-
-class DriverBranch(_Model):
-    max_cuda: str
-
-    @field_validator("max_cuda", mode="before")
-    @classmethod
-    def _as_str(cls, value: Any) -> str:
-        return _dotted(value)
-
-
-class GpuRule(_Model):
-    min_driver_branch: int
-    open_kernel_modules: bool = False
-
-
-class FabricManagerRule(_Model):
-    locked_to_driver: bool = True
-
-
-class NcclRelease(_Model):
-    min_cuda: str
-    max_cuda: str
-
-    @field_validator("min_cuda", "max_cuda", mode="before")
-    @classmethod
-    def _as_str(cls, value: Any) -> str:
-        return _dotted(value)
-
-    def builds_for(self, cuda: str) -> bool:
-        return parse_version(self.min_cuda) <= parse_version(cuda) <= parse_version(self.max_cuda)
-
-
-class Combination(Versions):
-    default: bool = False
-
-    def versions(self) -> Versions:
-        return Versions(**self.model_dump(exclude={"default"}))
-
-
-class CompatTable(_Model):
-    driver_branches: dict[int, DriverBranch]
-    gpu_profiles: dict[str, GpuRule] = Field(default_factory=dict)
-    fabric_manager: FabricManagerRule = FabricManagerRule()
-    nccl: dict[str, NcclRelease]
-    slurm: list[str]
-    tested: list[Combination]
-
-    @field_validator("nccl", mode="before")
-    @classmethod
-    def _nccl_keys(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return {_dotted(k): v for k, v in value.items()}
-        return value
-
-    @field_validator("slurm", mode="before")
-    @classmethod
-    def _slurm_items(cls, value: Any) -> Any:
-        if isinstance(value, list):
-            return [_dotted(v) for v in value]
-        return value
-
-    @model_validator(mode="after")
-    def _check_tested(self) -> Self:
-        if not self.tested:
-            raise ValueError("compat table: `tested` is empty")
-        if sum(t.default for t in self.tested) > 1:
-            raise ValueError("compat table: more than one tested combination is the default")
-        return self
-
-    # ---- queries
-
-    def default_versions(self) -> Versions:
-        """The tested combination marked `default: true`, else the newest tested one."""
-        for combo in self.tested:
-            if combo.default:
-                return combo.versions()
-        return max(self.tested, key=Versions.sort_key).versions()
-
-    def is_tested(self, versions: Versions) -> bool:
-        return any(combo.versions() == versions for combo in self.tested)
-
-    def min_driver_for_cuda(self, cuda: str) -> int | None:
-        """The oldest known driver branch that runs this CUDA, or None if none does."""
-        wanted = parse_version(cuda)
-        fits = [b for b, d in self.driver_branches.items() if parse_version(d.max_cuda) >= wanted]
-        return min(fits) if fits else None
-
-    def check(
-        self, versions: Versions, gpu_profiles: Iterable[HardwareProfile] = ()
-    ) -> list[CompatProblem]:
-        """Every incompatibility in `versions` for nodes of these profiles (errors first)."""
-        problems: list[CompatProblem] = []
-
-        def error(key: VersionKey, message: str, hint: str) -> None:
-            problems.append(CompatProblem(level="error", key=key, message=message, hint=hint))
-
-        branch = self.driver_branches.get(versions.driver_branch)
-        nccl = self.nccl.get(versions.nccl)
-        cuda_t = parse_version(versions.cuda)
-
-        if branch is None:
-            error(
-                "driver_branch",
-                f"driver branch {versions.driver_branch} is not in the compatibility table",
-                f"use one of: {', '.join(str(b) for b in sorted(self.driver_branches))}",
-            )
-        elif cuda_t > parse_version(branch.max_cuda):
-            needed = self.min_driver_for_cuda(versions.cuda)
-            if needed is None:
-                newest = max(self.driver_branches)
-                error(
-                    "cuda",
-                    f"CUDA {versions.cuda} is newer than any known driver branch supports "
-                    f"(newest: {newest} with CUDA {self.driver_branches[newest].max_cuda}); "
-                    f"kiln_versions.driver_branch is {versions.driver_branch}",
-                    f"use CUDA {branch.max_cuda} or older",
-                )
-            else:
-                error(
-                    "cuda",
-                    f"CUDA {versions.cuda} needs driver branch >= {needed}; "
-                    f"kiln_versions.driver_branch is {versions.driver_branch}",
-                    f"use driver branch {needed} or newer, or CUDA {branch.max_cuda}",
-                )
-
-        if nccl is None:
-            error(
-                "nccl",
-                f"NCCL {versions.nccl} is not in the compatibility table",
-                f"use one of: {', '.join(sorted(self.nccl, key=parse_version))}",
-            )
-        elif not nccl.builds_for(versions.cuda):
-            fits = [v for v, r in self.nccl.items() if r.builds_for(versions.cuda)]
-            alt = (
-                f"use NCCL {max(fits, key=parse_version)} (newest built for CUDA {versions.cuda})"
-                if fits
-                else f"no known NCCL is built for CUDA {versions.cuda}"
-            )
-            error(
-                "nccl",
-                f"NCCL {versions.nccl} is built for CUDA {nccl.min_cuda} to {nccl.max_cuda}; "
-                f"kiln_versions.cuda is {versions.cuda}",
-                f"{alt}, or CUDA {nccl.min_cuda} to {nccl.max_cuda}",
-            )
-
-        if versions.slurm not in self.slurm:
-            error(
-                "slurm",
-                f"Slurm {versions.slurm} is not in the compatibility table",
-                f"use one of: {', '.join(self.slurm)}",
-            )
-
-        seen: set[str] = set()
-        for profile in gpu_profiles:
-            if profile.id in seen or profile.min_driver_branch is None:
-                continue
-            seen.add(profile.id)
-            if versions.driver_branch < profile.min_driver_branch:
-                error(
-                    "driver_branch",
-                    f"{profile.id} GPUs need driver branch >= {profile.min_driver_branch}; "
-                    f"kiln_versions.driver_branch is {versions.driver_branch}",
-                    f"use driver branch {self._branch_at_least(profile.min_driver_branch)} "
-                    "or newer",
-                )
-
-        if not problems and not self.is_tested(versions):
-            default = self.default_versions()
-            problems.append(
-                CompatProblem(
-                    level="warning",
-                    key=None,
-                    message=f"{versions.describe()} is compatible but not a tested combination",
-                    hint=f"the default tested combination is {default.describe()}",
-                )
-            )
-        return problems
-
-    def _branch_at_least(self, minimum: int) -> int:
-        known = [b for b in self.driver_branches if b >= minimum]
-        return min(known) if known else minimum
-
-
-@functools.cache
-def load_compat() -> CompatTable:
-    """The version-compatibility table from compat.yml."""
-    return CompatTable.model_validate(_read_yaml("compat.yml"))

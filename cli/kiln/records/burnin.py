@@ -3,7 +3,7 @@
     <run>/run.json              manifest, written at submission: run id, suite, cluster, the
                                 nodes and jobs that were submitted (so a missing file is a
                                 failure, never a silently smaller run)
-    <run>/gemm/<node>.json      stdout of workloads/gemm.py on that node (one Slurm array task)
+    <run>/gemm/<node>.json      stdout of workloads/gemm.py on that node (its pinned job)
     <run>/allreduce/<job>.json  stdout of workloads/allreduce.py, rank 0 (node-<n>, fabric-ring,
                                 pair-r<k>-<a>--<b>, ...)
     <run>/nccl/<job>.txt|.json  nccl-tests all_reduce_perf output, text or its JSON file
@@ -15,8 +15,8 @@
 The campaign (kiln.burnin) submits the jobs with their results pointed at these paths
 (RunLayout), brings them home, judges `load_run` (kiln.burnin.judge_run: kiln.judging over this
 record), saves the report and drains `report.drain()`. The gemm file is named by the inventory
-name of its node: that, not the hostname inside the document, is authoritative. Reading and
-writing files is all this module does; judging is kiln.judging's.
+name of the node it was meant for; the `host` its job wrote into it says where it ran (judging
+rejects a result from another node). Reading and writing files is all this module does.
 """
 
 from __future__ import annotations
@@ -91,8 +91,10 @@ def write_manifest(
     allreduce_jobs: list[str] = (),
     nccl_jobs: list[str] = (),
     ib: dict | None = None,
+    not_tested: dict[str, str] | None = None,
 ) -> Path:
-    """Create the run directory and its manifest (what the campaign submits)."""
+    """Create the run directory and its manifest (what the campaign submits; `not_tested`:
+    the nodes it could not test, node -> why, e.g. busy with jobs outside the reservation)."""
     layout = RunLayout(Path(run_dir))
     for sub in ("gemm", "allreduce", "nccl"):
         (layout.root / sub).mkdir(parents=True, exist_ok=True)
@@ -107,6 +109,7 @@ def write_manifest(
         "allreduce_jobs": list(allreduce_jobs),
         "nccl_jobs": list(nccl_jobs),
         "ib": ib,  # manifest_entry; None without InfiniBand
+        "not_tested": dict(not_tested or {}),
     }
     _write_atomic(layout.manifest, json.dumps(doc, indent=2) + "\n")
     return layout.manifest

@@ -52,8 +52,13 @@ def switches(nodes: list[Node]) -> list[dict]:
     return [{"name": name, "nodes": members} for name, members in leaves.items()]
 
 
-def cluster_context(cluster: Cluster) -> dict:
+def cluster_context(cluster: Cluster, fabric_switches: int | None = None) -> dict:
+    """`fabric_switches`: how many switches topology.conf holds when it is rendered from the
+    fabric (kiln_slurm.topology: fabric); None when it comes from the racks. TopologyPlugin is
+    on whenever topology.conf has a switch: Slurm otherwise ignores it."""
     compute = cluster.compute
+    leaves = switches(compute)
+    plugin = bool(leaves) if fabric_switches is None else fabric_switches > 0
     return {
         "kiln": {
             "cluster_name": cluster.name,
@@ -74,7 +79,8 @@ def cluster_context(cluster: Cluster) -> dict:
                 for p in cluster.partitions
                 if p.nodes
             ],
-            "leaf_switches": switches(compute),
+            "leaf_switches": leaves,
+            "topology_plugin": plugin,
             "has_gpus": any(node.has_gpus for node in compute),
             "accounting": cluster.slurm.accounting,
             "cgroup": cluster.slurm.cgroup,

@@ -14,6 +14,7 @@ from html import escape
 from kiln.judging.model import BurninReport
 from kiln.judging.verdicts import num
 from kiln.report.svg import heat_map, line_plot, strip_plot
+from kiln.report.table import allreduce_summary
 
 MAX_POINTS = 5000  # passing GPUs drawn in the strip plot
 MAX_LINES = 16  # curves in the busbw plot
@@ -79,7 +80,8 @@ def busbw_plot(report: BurninReport) -> str:
     ]
     floors = [f.allreduce_busbw_gbs for f in report.floors.values() if f.allreduce_busbw_gbs]
     floor = min(floors) if floors else None
-    return line_plot(series, floor, "All-reduce bus bandwidth against message size", "GB/s")
+    title = "All-reduce bus bandwidth against message size (line: the intra-node floor)"
+    return line_plot(series, floor, title, "GB/s")
 
 
 def pair_plot(report: BurninReport) -> str:
@@ -157,7 +159,7 @@ def _failures_table(report: BurninReport) -> str:
             f'<tr><td class="{v.severity}">{v.severity}</td><td>{v.action}</td>'
             f"<td>{escape(v.subject)}</td><td>{escape(v.name)}</td><td>{escape(v.check)}</td>"
             f"<td>{num(v.measured)}</td><td>{num(v.threshold)}</td><td>{escape(v.unit)}</td>"
-            f"<td>{escape(v.message)}</td></tr>"
+            f"<td>{escape(v.rule)}</td><td>{escape(v.message)}</td></tr>"
         )
     if not rows:
         return '<p class="ok">Every check passed.</p>'
@@ -172,6 +174,7 @@ def _failures_table(report: BurninReport) -> str:
             "measured",
             "threshold",
             "unit",
+            "rule",
             "message",
         )
     )
@@ -207,6 +210,7 @@ def render_html(report: BurninReport) -> str:
         "<h2>GEMM throughput</h2>",
         tflops_plot(report),
         "<h2>All-reduce bandwidth</h2>",
+        f"<p>{escape(allreduce_summary(report))}</p>",
         busbw_plot(report),
         "<h2>Pairwise all-reduce</h2>",
         pair_plot(report),

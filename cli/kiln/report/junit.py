@@ -22,6 +22,8 @@ def _details(verdict: Verdict, gpus: list[Verdict]) -> str:
             f"measured {num(verdict.measured)} {verdict.unit}, threshold "
             f"{num(verdict.threshold)} {verdict.unit}".replace("  ", " ")
         )
+    if verdict.rule:
+        lines.append(f"rule: {verdict.rule}")
     lines.append(f"severity {verdict.severity}, action {verdict.action}")
     lines += [f"{g.name}: {g.message}" for g in gpus]
     return "\n".join(lines)

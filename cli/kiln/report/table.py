@@ -14,6 +14,15 @@ STYLE = {"critical": "bold red", "warning": "yellow", "info": "green"}
 MAX_PASSING = 60  # passing verdicts listed one by one; more are only counted
 
 
+def allreduce_summary(report: BurninReport) -> str:
+    """Which all-reduce implementation ran: "2 run(s) with nccl-tests, 1 with torch"."""
+    counts: dict[str, int] = {}
+    for a in report.allreduce:
+        counts[a.implementation] = counts.get(a.implementation, 0) + 1
+    parts = [f"{n} with {impl}" for impl, n in sorted(counts.items())]
+    return f"{len(report.allreduce)} run(s): " + ", ".join(parts) if parts else "none ran"
+
+
 def render_table(report: BurninReport, *, show_passing: bool | None = None) -> Group:
     """Renderables for a console; passing rows only for small runs unless asked."""
     failures = report.failures
@@ -38,15 +47,20 @@ def render_table(report: BurninReport, *, show_passing: bool | None = None) -> G
     table.add_column("detail", overflow="fold", ratio=1)
     for v in failures + (passing if show_passing else []):
         if v.passed:
-            status, detail = Text("ok", style="green"), ""
+            # an all-reduce verdict's note (no floor, slow pairs not its own) where there is one
+            status, detail = Text("ok", style="green"), v.message if v.rule else ""
             if v.measured is not None and v.threshold is not None:
                 detail = f"{num(v.measured)} >= {num(v.threshold)} {v.unit}".rstrip()
         else:
             status = Text(f"FAIL {v.severity}", style=STYLE[str(v.severity)])
             detail = v.message
+        if v.rule:  # which of the all-reduce floors judged it
+            detail = (f"{detail} " + escape(f"[{v.rule}]")).lstrip()
         action = str(v.action) if not v.passed else ""
         table.add_row(status, action, v.name, v.check, detail)
     parts: list = [head, table]
+    if report.allreduce:
+        parts.append(Text(f"All-reduce: {allreduce_summary(report)}"))
     if report.ib is not None:
         parts.append(Text(f"InfiniBand: {report.ib.summary()}"))
     if not show_passing and passing:

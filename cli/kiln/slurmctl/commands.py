@@ -1,11 +1,11 @@
 """The command lines kiln runs on the Slurm controller, built with shlex.quote.
 
 Every Slurm command kiln issues is built here: sinfo and `scontrol show node` (node state),
-drain and resume, burn-in's reservations, sbatch, squeue and scancel. Every value that reaches
-a remote shell goes through `shlex.quote`, so a drain reason holding quotes, semicolons or
-`$(...)` arrives at scontrol as one argument and is never interpreted.
-Text that cannot be stored as a one-line Slurm reason (newlines, control characters, too long)
-is refused before anything is run.
+drain and resume, burn-in's reservations, sbatch, squeue (kiln's jobs, and the jobs holding a
+set of nodes) and scancel. Every value that reaches a remote shell goes through `shlex.quote`,
+so a drain reason holding quotes, semicolons or `$(...)` arrives at scontrol as one argument
+and is never interpreted. Text that cannot be stored as a one-line Slurm reason (newlines,
+control characters, too long) is refused before anything is run.
 """
 
 from __future__ import annotations
@@ -100,6 +100,24 @@ def delete_reservation(name: str) -> list[str]:
     return ["scontrol", "delete", f"reservationname={name}"]
 
 
+def reservation_nodes(name: str, names: Sequence[str]) -> list[str]:
+    """Set the reservation's nodes to exactly `names` (burn-in lets busy nodes go)."""
+    return ["scontrol", "update", f"reservationname={name}", f"nodes={nodelist(names)}"]
+
+
+# Job states in which a job holds its nodes (a pending job holds none).
+HOLDING_STATES = "CONFIGURING,RUNNING,COMPLETING,SUSPENDED,STOPPED"
+JOBS_ON_FORMAT = "%i|%T|%u|%v|%N"  # id, state, user, reservation, nodes (a hostlist)
+
+
+def jobs_on(names: Sequence[str]) -> list[str]:
+    """Jobs holding any of these nodes, every partition: `id|state|user|reservation|nodes`."""
+    return [
+        "squeue", "--noheader", "--all", f"--nodelist={nodelist(names)}",
+        f"--states={HOLDING_STATES}", f"--format={JOBS_ON_FORMAT}",
+    ]  # fmt: skip
+
+
 def squeue(job_ids: Sequence[str]) -> list[str]:
     """Jobs still known to slurmctld, one `id|state|reason` line per job (array tasks too)."""
     return ["squeue", "--noheader", "--array", f"--jobs={','.join(job_ids)}", "--format=%i|%T|%r"]
@@ -116,6 +134,15 @@ def sbatch(script: str) -> str:
     while marker in script:
         marker += "_"
     return f"sbatch --parsable <<'{marker}'\n{script}{marker}\n"
+
+
+def sbatch_many(scripts: Sequence[str]) -> str:
+    """Several job scripts submitted in one remote shell, each framed like a `script` step,
+    so one SSH exec carries them (one job per node scales to thousands of nodes)."""
+    return "\n".join(
+        f"echo '{STEP_MARK} {index}'\n{sbatch(text)}echo \"{STEP_MARK}-rc $?\""
+        for index, text in enumerate(scripts)
+    )
 
 
 def job_id(output: str) -> str | None:

@@ -4,9 +4,9 @@
 the inventory's first controller with the inventory's SSH settings (host key checking on) and
 returns each step's exit code and stdout. An unreachable controller, or a step that fails, is an
 OperationFailed naming the controller and the command. `nodes()` and `show(names)` are the
-reading of node state (kiln.slurmctl.state); `submit(script)` is sbatch. With `root` (burn-in
-creates reservations and submits as root) the script runs through `sudo -n` unless the SSH user
-is root already.
+reading of node state (kiln.slurmctl.state); `submit(script)` is sbatch, `submit_many(scripts)`
+several in one exec. With `root` (burn-in creates reservations and submits as root) the script
+runs through `sudo -n` unless the SSH user is root already.
 """
 
 from __future__ import annotations
@@ -110,3 +110,17 @@ class Controller:
             lines = answer.stdout.strip().splitlines()
             raise OperationFailed(f"sbatch of {what} printed no job id: {lines!r}")
         return job
+
+    def submit_many(self, scripts: Sequence[str], what: str) -> tuple[list[str | None], str]:
+        """sbatch several job scripts in one SSH exec (keep a call to a few dozen): each one's
+        job id (None where sbatch refused it) and sbatch's stderr; OperationFailed when the
+        controller is not reached (then nothing is known to be submitted)."""
+        if not scripts:
+            return [], ""
+        answer = self._exec(commands.sbatch_many(scripts))
+        if answer.exit_code is None:
+            why = answer.error or str(answer.status)
+            raise OperationFailed(f"sbatch of {what} on {self.name}: {answer.status}: {why}")
+        framed = commands.split_steps(answer.stdout, len(scripts))
+        ids = [commands.job_id(text) if code == 0 else None for code, text in framed]
+        return ids, answer.stderr.strip()

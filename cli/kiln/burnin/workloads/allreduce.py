@@ -11,7 +11,9 @@ Rank and rendezvous come from RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT
 or else SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID/SLURM_NODELIST (the first host of the hostlist
 becomes the master; the port is derived from SLURM_JOB_ID so concurrent jobs do not collide).
 Timing follows nccl-tests: warm-up, then `iters` back-to-back all-reduces, time = the slowest
-rank's mean; algbw = bytes / time; busbw = algbw x 2(n-1)/n. Rank 0 prints one JSON document.
+rank's mean; algbw = bytes / time; busbw = algbw x 2(n-1)/n. Rank 0 prints one JSON document
+(implementation "torch"). Burn-in jobs start it through allreduce_launch.py, which runs nccl-tests
+instead on GPU nodes where the nccl stage built it; this stays the CPU path and the fallback.
 `--ring` sets NCCL_ALGO=Ring so network gates measure the ring, not tree or NVLS shortcuts.
 """
 
@@ -196,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         doc = {
             "schema_version": SCHEMA_VERSION,
             "kind": "allreduce",
+            "implementation": "torch",
             "hostname": hosts[0],
             "hosts": hosts,
             "world_size": world,
@@ -210,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             "verdict_bytes": verdict["bytes"],
             "verdict_busbw_gbs": verdict["busbw_gbs"],
             "correct": int(flags.item()) == 0,
+            "wrong": 0,  # nccl-tests' #wrong column; torch checks one exact sum (`correct`)
         }
         if rank == 0:
             json.dump(doc, sys.stdout, indent=1)

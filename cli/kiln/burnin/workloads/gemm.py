@@ -7,12 +7,13 @@ stdout; diagnostics go to stderr.
     python3 gemm.py --seconds 60            # BF16 on every CUDA GPU, FP32 on a CPU-only node
 
 Per device (one thread each, started together behind a barrier so the node is loaded as a whole)
-it reports achieved TFLOPS = 2 n^3 x iterations / seconds. After every timed batch it checks
-the numbers it computed, two ways, against references computed once in FP64:
-  - one 64x64 output tile, recomputed on the CPU (independent hardware), element by element;
-  - the column sums of the whole output, against (1^T A) B computed in FP64 on the device;
-so a wrong element anywhere that is larger than about the typical element magnitude, and any
-wrong element in the tile, is caught (`checksum_ok: false`: silent data corruption).
+it reports achieved TFLOPS = 2 n^3 x iterations / seconds. Every device multiplies the same
+seeded matrices, so every product of the node is bitwise the same; it checks for silent data
+corruption bitwise after every batch (`bit_sums`: one flipped bit anywhere changes a row and a
+column sum; they must equal the device's first product's, whose `digest` kiln compares across
+the node's GPUs when judging), and against FP64 references made on the CPU at the first batch,
+every REFERENCE_EVERY-th and the last (`compare`: a 64x64 tile and the column sums, within the
+dtype's rounding). `--inject-bitflip` flips one bit of a product: proof that the check fires.
 While it runs, `nvidia-smi --query-gpu` is sampled for clocks, temperature, power and the
 active clock event (throttle) reasons, summarised per device.
 """
@@ -20,12 +21,14 @@ active clock event (throttle) reasons, summarised per device.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
 import platform
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -38,6 +41,10 @@ import torch  # noqa: E402
 
 SCHEMA_VERSION = 1
 TILE = 64
+SEED = 20250  # the same matrices on every device, so every product of a node is the same
+REFERENCE_EVERY = 10  # batches between two comparisons with the FP64 references
+# The integer type of the same width, to read a product's bits as numbers.
+INT_VIEW = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
 # (rtol, atol as a fraction of the reference's RMS) per dtype: BF16 rounds its output to 8
 # mantissa bits (2^-9 relative); FP32 accumulates in FP32.
 TOLERANCE = {"bfloat16": (2**-6, 2**-6), "float16": (2**-8, 2**-8), "float32": (1e-4, 1e-4)}
@@ -76,6 +83,37 @@ def compare(result: torch.Tensor, reference: torch.Tensor, dtype: str) -> tuple[
     if not math.isfinite(worst):
         return False, math.inf
     return worst <= 1.0, worst
+
+
+def bit_sums(result: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row and column sums of a 2-D result's bits read as integers, in int64: exact.
+
+    Flipping bit k of one element changes its integer by +-2^k (the sign bit too, in two's
+    complement), so its row sum and its column sum change, whatever the other elements hold."""
+    words = result.view(INT_VIEW[result.dtype])
+    return words.sum(dim=1, dtype=torch.int64), words.sum(dim=0, dtype=torch.int64)
+
+
+def digest(sums: tuple[torch.Tensor, torch.Tensor]) -> str:
+    """A short hash of `bit_sums`, equal on two devices exactly when their products are."""
+    values = [v for part in sums for v in part.tolist()]
+    return hashlib.sha256(struct.pack(f"<{len(values)}q", *values)).hexdigest()[:32]
+
+
+def first_difference(sums: tuple, reference: tuple) -> tuple[int, int]:
+    """(row, column) of the first row and column sums that differ (-1: none in that axis)."""
+    where = [torch.nonzero(a != b).flatten() for a, b in zip(sums, reference, strict=True)]
+    return (int(where[0][0]) if len(where[0]) else -1, int(where[1][0]) if len(where[1]) else -1)
+
+
+def flip_bit(result: torch.Tensor, row: int, col: int, bit: int) -> None:
+    """Flip one bit of one element, in place (`--inject-bitflip`, and the tests)."""
+    words = result.view(INT_VIEW[result.dtype])
+    width = result.element_size() * 8
+    mask = 1 << bit
+    if mask >= 1 << (width - 1):
+        mask -= 1 << width  # the sign bit, as the signed integer type holds it
+    words[row, col].bitwise_xor_(mask)
 
 
 class Sampler(threading.Thread):
@@ -185,12 +223,28 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+class Inputs:
+    """The matrices every device multiplies, made once on the CPU, and their FP64 references."""
+
+    def __init__(self, n: int, dtype: torch.dtype) -> None:
+        gen = torch.Generator().manual_seed(SEED)
+        self.a = torch.randn((n, n), generator=gen).to(dtype)
+        self.b = torch.randn((n, n), generator=gen).to(dtype)
+        tile = min(TILE, n)
+        self.tile = self.a[:tile].double() @ self.b[:, :tile].double()
+        ones_a = self.a.sum(dim=0, dtype=torch.float64)
+        self.colsum = torch.zeros(n, dtype=torch.float64)
+        for start in range(0, n, 1024):  # (1^T A) B in slices: no n x n FP64 copy of B
+            self.colsum += ones_a[start : start + 1024] @ self.b[start : start + 1024].double()
+
+
 class DeviceRun:
     """The matmul loop on one device; `result` is its entry in the `devices` list."""
 
-    def __init__(self, index: int, device: torch.device, n: int, dtype: torch.dtype) -> None:
-        self.index, self.device, self.n, self.dtype = index, device, n, dtype
-        self.dtype_name = str(dtype).removeprefix("torch.")
+    def __init__(self, index: int, device: torch.device, inputs: Inputs) -> None:
+        self.index, self.device, self.inputs = index, device, inputs
+        self.dtype_name = str(inputs.a.dtype).removeprefix("torch.")
+        self.flip: tuple[int, ...] | None = None  # (check, row, col, bit): --inject-bitflip
         self.result: dict = {"index": index, "dtype": self.dtype_name}
 
     def setup(self) -> None:
@@ -199,23 +253,38 @@ class DeviceRun:
             self.result["name"] = torch.cuda.get_device_name(self.device)
         else:
             self.result["name"] = cpu_name()
-        gen = torch.Generator(device=self.device).manual_seed(20250 + self.index)
-        shape = (self.n, self.n)
-        self.a = torch.randn(shape, generator=gen, device=self.device, dtype=self.dtype)
-        self.b = torch.randn(shape, generator=gen, device=self.device, dtype=self.dtype)
-        self.c = torch.empty(shape, device=self.device, dtype=self.dtype)
-        # References, once, in FP64: a tile on the CPU and the column sums on the device.
-        self.ref_tile = self.a[:TILE].cpu().double() @ self.b[:, :TILE].cpu().double()
-        ones_a = self.a.sum(dim=0, dtype=torch.float64)
-        self.ref_colsum = (ones_a.unsqueeze(0) @ self.b.double()).squeeze(0)
+        self.a = self.inputs.a.to(self.device)
+        self.b = self.inputs.b.to(self.device)
+        self.c = torch.empty_like(self.a)
         torch.matmul(self.a, self.b, out=self.c)  # warm-up: kernels chosen, clocks up
         _sync(self.device)
+        self.reference = bit_sums(self.c)  # every later product must be bitwise this one
+        self.result["digest"] = digest(self.reference)
 
-    def check(self) -> tuple[bool, float]:
-        tile_ok, tile_err = compare(self.c[:TILE, :TILE], self.ref_tile, self.dtype_name)
+    def check_reference(self) -> None:
+        """The product against the FP64 references: the tile and the column sums."""
+        tile = self.inputs.tile.shape[1]
+        tile_ok, tile_err = compare(self.c[:tile, :tile], self.inputs.tile, self.dtype_name)
         colsum = self.c.sum(dim=0, dtype=torch.float64)
-        sum_ok, sum_err = compare(colsum, self.ref_colsum, self.dtype_name)
-        return tile_ok and sum_ok, max(tile_err, sum_err)
+        sum_ok, sum_err = compare(colsum, self.inputs.colsum, self.dtype_name)
+        r = self.result
+        r["reference_ok"] = r["reference_ok"] and tile_ok and sum_ok
+        r["reference_checks"] += 1
+        self.worst = max(self.worst, tile_err, sum_err)
+
+    def check_bits(self) -> None:
+        """The product bitwise against the device's first one (`bit_sums`)."""
+        r = self.result
+        check, r["bit_checks"] = r["bit_checks"], r["bit_checks"] + 1
+        if self.flip is not None and self.flip[0] == check:
+            flip_bit(self.c, *self.flip[1:])
+        sums = bit_sums(self.c)
+        if all(torch.equal(mine, ref) for mine, ref in zip(sums, self.reference, strict=True)):
+            return
+        r["bit_mismatches"] += 1
+        if "first_mismatch" not in r:
+            row, col = first_difference(sums, self.reference)
+            r["first_mismatch"] = {"check": check, "row": row, "col": col, "digest": digest(sums)}
 
     def run(self, seconds: float, barrier: threading.Barrier) -> None:
         try:
@@ -234,7 +303,8 @@ class DeviceRun:
         except threading.BrokenBarrierError:
             self.result.update(error="another device failed to start", checksum_ok=False)
             return
-        iterations, busy, ok, worst = 0, 0.0, True, 0.0
+        r, iterations, busy, self.worst = self.result, 0, 0.0, 0.0
+        r.update(bit_checks=0, bit_mismatches=0, reference_checks=0, reference_ok=True)
         try:
             while busy < seconds:
                 start = time.perf_counter()
@@ -243,18 +313,18 @@ class DeviceRun:
                 _sync(self.device)
                 busy += time.perf_counter() - start
                 iterations += batch
-                batch_ok, err = self.check()
-                ok, worst = ok and batch_ok, max(worst, err)
+                self.check_bits()
+                if (r["bit_checks"] - 1) % REFERENCE_EVERY == 0 or busy >= seconds:
+                    self.check_reference()  # the first, every REFERENCE_EVERY-th, the last
         except Exception as exc:
-            self.result["error"] = f"{type(exc).__name__}: {exc}"[:500]
-            ok = False
-        flops = 2.0 * self.n**3 * iterations
-        self.result.update(
+            r.update(error=f"{type(exc).__name__}: {exc}"[:500], reference_ok=False)
+        flops = 2.0 * self.a.shape[0] ** 3 * iterations
+        r.update(
             tflops=round(flops / busy / 1e12, 4) if busy else 0.0,
             iterations=iterations,
             seconds=round(busy, 3),
-            checksum_ok=ok,
-            check_error_ratio=round(worst, 4) if math.isfinite(worst) else None,
+            checksum_ok=r["reference_ok"] and r["bit_mismatches"] == 0,
+            check_error_ratio=round(self.worst, 4) if math.isfinite(self.worst) else None,
         )
 
 
@@ -264,24 +334,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=None, help="matrix size (GPU 8192, CPU 1024)")
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     parser.add_argument(
-        "--sample-interval",
-        type=float,
-        default=None,
-        help="nvidia-smi sampling period in s (default: seconds/600, at least 1)",
+        "--inject-bitflip",
+        type=lambda text: tuple(int(part) for part in text.split(",")),
+        metavar="DEVICE,CHECK,ROW,COL,BIT",
+        help="self-test: flip one bit of DEVICE's product before its CHECK-th bitwise check",
     )
+    parser.add_argument("--sample-interval", type=float, help="nvidia-smi period, s (seconds/600)")
     args = parser.parse_args(argv)
     use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     if use_cuda and not torch.cuda.is_available():
         print("gemm: --device cuda but torch sees no CUDA device", file=sys.stderr)
         return 2
     n = args.n or (8192 if use_cuda else 1024)
-    if use_cuda:
-        runs = [
-            DeviceRun(i, torch.device("cuda", i), n, torch.bfloat16)
-            for i in range(torch.cuda.device_count())
-        ]
-    else:
-        runs = [DeviceRun(0, torch.device("cpu"), n, torch.float32)]
+    inputs = Inputs(n, torch.bfloat16 if use_cuda else torch.float32)
+    flip_device, *flip = args.inject_bitflip or (None,)
+    runs = [
+        DeviceRun(i, torch.device("cuda", i) if use_cuda else torch.device("cpu"), inputs)
+        for i in range(torch.cuda.device_count() if use_cuda else 1)
+    ]
+    if flip_device is not None:
+        runs[flip_device].flip = tuple(flip)
     interval = args.sample_interval or max(1.0, args.seconds / 600)
     sampler = Sampler(interval) if use_cuda else None
     if sampler:
@@ -307,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         "cuda_version": torch.version.cuda,
         "device_kind": "cuda" if use_cuda else "cpu",
         "n": n,
+        "seed": SEED,  # the same product on every device: their digests must agree
         "seconds_requested": args.seconds,
         "devices": devices,
         "sampler_error": sampler.error if sampler else None,

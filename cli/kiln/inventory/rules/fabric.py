@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from kiln.inventory.capture import FabricCapture
 from kiln.inventory.context import COMPUTE, InventoryContext
 from kiln.inventory.findings import FindingCollector, Origin, suggest
 from kiln.inventory.schema import IbSpec
@@ -45,8 +46,14 @@ def opensm_hosts_declare_hcas(ctx: InventoryContext, out: FindingCollector) -> N
             )
 
 
+# One warning per skipped line up to this many, then one for the rest.
+SKIPPED_SHOWN = 5
+
+
 def capture_is_ibnetdiscover_output(ctx: InventoryContext, out: FindingCollector) -> None:
-    """The capture exists, reads, and parses (an error at its own offending line)."""
+    """The capture exists, reads, and parses (an error at its own offending line); lines it
+    skipped (ibnetdiscover's stderr folded in, a shell prompt) are warnings at their own line;
+    a capture with no switch gives no topology.conf and is an error."""
     capture = ctx.capture
     if capture is None:
         return
@@ -65,6 +72,37 @@ def capture_is_ibnetdiscover_output(ctx: InventoryContext, out: FindingCollector
             origin=Origin(capture.path, error.line_no or 0),
             key="kiln_slurm",
             hint="store the plain output of `ibnetdiscover` (its default format)",
+        )
+    else:
+        _skipped_lines(capture, out)
+        if capture.fabric is not None and not capture.fabric.switches():
+            out.error(
+                f"kiln_slurm.ibnetdiscover_file {capture.name} shows no switch: the node "
+                "that ran ibnetdiscover saw only itself (port down or not cabled), so there "
+                "is no topology.conf to write",
+                origin=Origin(capture.path),
+                key="kiln_slurm",
+                hint="capture from a node whose InfiniBand port is Active (ibstat)",
+            )
+
+
+def _skipped_lines(capture: FabricCapture, out: FindingCollector) -> None:
+    skipped = capture.fabric.skipped if capture.fabric is not None else []
+    for line in skipped[:SKIPPED_SHOWN]:
+        out.warning(
+            f"kiln_slurm.ibnetdiscover_file {capture.name}: {line.describe()}",
+            origin=Origin(capture.path, line.line_no),
+            key="kiln_slurm",
+            hint="the topology is read from the other lines; store ibnetdiscover's standard "
+            "output alone (2>/dev/null) to leave such lines out",
+        )
+    if len(skipped) > SKIPPED_SHOWN:
+        rest = skipped[SKIPPED_SHOWN:]
+        out.warning(
+            f"kiln_slurm.ibnetdiscover_file {capture.name}: {len(rest)} more line(s) skipped "
+            f"(lines {rest[0].line_no}-{rest[-1].line_no})",
+            origin=Origin(capture.path, rest[0].line_no),
+            key="kiln_slurm",
         )
 
 
@@ -106,7 +144,8 @@ def capture_holds_the_compute_nodes(ctx: InventoryContext, out: FindingCollector
         shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
         out.warning(
             f"the fabric capture {capture.name} lacks {len(missing)} compute node(s): {shown}; "
-            "topology.conf leaves them out, so Slurm runs no multi-node job across them",
+            "topology.conf puts them under a switch of their own (kiln-not-in-fabric), apart "
+            "from the fabric's",
             origin=_where(ctx),
             key="kiln_slurm",
             hint="recapture after fixing their cabling or node descriptions",

@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""kiln burn-in all-reduce launcher: nccl-tests' all_reduce_perf where it is built, else torch.
+
+Standalone (stdlib only, no kiln import). A job runs it once, in its batch step (not under srun);
+it chooses the implementation and starts it with srun over the job's nodes, one rank per GPU
+(one per node on CPU-only nodes), then prints one JSON document on stdout:
+
+    kiln-burnin allreduce_launch --ntasks-per-node 8 --backend nccl --iters 50 --ring
+
+  nccl-tests  GPU jobs (--backend nccl) where NCCL_TESTS is executable: the nccl stage builds it
+              against the NCCL kiln pins, with MPI=1 on Open MPI/PMIx, into
+              /opt/kiln/nccl-tests/current/build/all_reduce_perf; srun starts it over PMIx:
+                srun --mpi=pmix --kill-on-bad-exit=1 --ntasks-per-node=G all_reduce_perf
+                     -b MIN -e MAX -f 2 -g 1 -w WARMUP -n ITERS -c 1 -d float -o sum
+              Its document carries the tool's own output ("output"); kiln reads it when it
+              collects the run (kiln.burnin.nccl_tests, with kiln.parsers.nccl_tests) and adds
+              the rows, hosts, bus bandwidth and `wrong` (the #wrong total).
+  torch       CPU-only jobs (--backend gloo), GPU jobs without nccl-tests, and GPU jobs whose
+              nccl-tests could not start (no result table: srun without PMIx, MPI init failed):
+                srun --kill-on-bad-exit=1 --ntasks-per-node=G python3 allreduce.py ARGS
+              allreduce.py's document as it prints it (implementation "torch", wrong 0), with
+              "fallback" saying why nccl-tests did not run where it was built.
+
+A nccl-tests run that printed its whole table (its footer "# Out of bounds values") is a result
+even when it exits 1: it does when values were wrong, and kiln judges `wrong`. One that stopped
+part-way prints nothing on stdout (the job keeps no result: a failure) and its output goes to
+stderr, into the job's log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+NCCL_TESTS = "/opt/kiln/nccl-tests/current/build/all_reduce_perf"
+NCCL_TESTS_ENV = "KILN_BURNIN_NCCL_TESTS"  # the burnin role's launcher sets it
+TABLE = re.compile(r"^#\s+size\s+count\s+type", re.MULTILINE)  # the result table's header
+FOOTER = "# Out of bounds values"
+TAIL = 2000  # characters of a failed run's output kept in `fallback`
+
+
+def nccl_tests_path(args: argparse.Namespace, env: dict[str, str]) -> str:
+    return args.nccl_tests or env.get(NCCL_TESTS_ENV) or NCCL_TESTS
+
+
+def choose(args: argparse.Namespace, env: dict[str, str]) -> tuple[str, str | None]:
+    """(implementation, why not nccl-tests): "nccl-tests" only on GPU jobs with the binary."""
+    if args.implementation == "torch":
+        return "torch", None
+    if args.backend != "nccl":
+        if args.implementation == "nccl-tests":
+            raise SystemExit("allreduce_launch: nccl-tests needs --backend nccl (GPUs)")
+        return "torch", None
+    path = nccl_tests_path(args, env)
+    if os.path.isfile(path) and os.access(path, os.X_OK):
+        return "nccl-tests", None
+    if args.implementation == "nccl-tests":
+        raise SystemExit(f"allreduce_launch: nccl-tests not built at {path}")
+    return "torch", f"nccl-tests not built at {path}"
+
+
+def sizes(args: argparse.Namespace) -> tuple[int, int]:
+    """(min, max) bytes of the sweep: allreduce.py's defaults (GPU 1 MiB..1 GiB, CPU 1..16 MiB)."""
+    gpu = args.backend == "nccl"
+    low = args.min_bytes or (1 << 20 if gpu else 1 << 10)
+    high = args.max_bytes or (1 << 30 if gpu else 16 << 20)
+    return low, high
+
+
+def srun(args: argparse.Namespace, *extra: str) -> list[str]:
+    return ["srun", *extra, "--kill-on-bad-exit=1", f"--ntasks-per-node={args.ntasks_per_node}"]
+
+
+def nccl_tests_command(args: argparse.Namespace, env: dict[str, str]) -> list[str]:
+    low, high = sizes(args)
+    return [
+        *srun(args, "--mpi=pmix"),
+        nccl_tests_path(args, env),
+        *("-b", str(low), "-e", str(high), "-f", "2", "-g", "1"),
+        *("-w", str(args.warmup), "-n", str(args.iters)),
+        *("-c", "1", "-d", "float", "-o", "sum"),
+    ]
+
+
+def torch_command(args: argparse.Namespace, python: str = sys.executable) -> list[str]:
+    workload = str(Path(__file__).with_name("allreduce.py"))
+    forwarded = [
+        *("--iters", str(args.iters), "--warmup", str(args.warmup)),
+        *("--timeout", f"{args.timeout:g}", "--backend", args.backend),
+    ]
+    for flag, value in (
+        ("--min-bytes", args.min_bytes),
+        ("--max-bytes", args.max_bytes),
+        ("--verdict-bytes", args.verdict_bytes),
+    ):
+        if value:
+            forwarded += [flag, str(value)]
+    if args.ring:
+        forwarded.append("--ring")
+    return [*srun(args), python, workload, *forwarded]
+
+
+def run(cmd: list[str], env: dict[str, str], keep_stderr: bool) -> subprocess.CompletedProcess:
+    """Run `cmd`, its stdout kept; its stderr kept too, or else streamed into the job's log."""
+    print(f"allreduce_launch: {shlex.join(cmd)}", file=sys.stderr, flush=True)
+    stderr = subprocess.PIPE if keep_stderr else None
+    try:
+        return subprocess.run(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True, check=False
+        )
+    except OSError as exc:  # srun itself missing
+        return subprocess.CompletedProcess(cmd, 127, "", str(exc))
+
+
+def nccl_tests_document(
+    args: argparse.Namespace, cmd: list[str], proc: subprocess.CompletedProcess[str]
+) -> dict:
+    """What kiln completes at collection: the output as printed, and how it was made."""
+    _, high = sizes(args)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "allreduce",
+        "implementation": "nccl-tests",
+        "hostname": socket.gethostname().split(".")[0],
+        "command": cmd,
+        "returncode": proc.returncode,
+        "nccl_algo": os.environ.get("NCCL_ALGO"),
+        "ntasks_per_node": args.ntasks_per_node,
+        "warmup": args.warmup,
+        "iters": args.iters,
+        "verdict_bytes": args.verdict_bytes or high,
+        "output": proc.stdout,
+    }
+
+
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="kiln burn-in: launch the all-reduce over srun")
+    parser.add_argument("--ntasks-per-node", type=int, default=1, help="ranks per node (GPUs)")
+    parser.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
+    parser.add_argument("--implementation", choices=("auto", "nccl-tests", "torch"), default="auto")
+    parser.add_argument("--nccl-tests", default=None, help=f"all_reduce_perf ({NCCL_TESTS})")
+    parser.add_argument("--min-bytes", type=int, default=None)
+    parser.add_argument("--max-bytes", type=int, default=None)
+    parser.add_argument("--verdict-bytes", type=int, default=None)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--timeout", type=float, default=600, help="torch's collective timeout")
+    parser.add_argument("--ring", action="store_true", help="NCCL_ALGO=Ring for every rank")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv)
+    if args.ring:
+        os.environ["NCCL_ALGO"] = "Ring"  # srun passes the environment to every rank
+    env = dict(os.environ)
+    implementation, fallback = choose(args, env)
+    if implementation == "nccl-tests":
+        cmd = nccl_tests_command(args, env)
+        proc = run(cmd, env, keep_stderr=True)
+        if FOOTER in proc.stdout:
+            sys.stderr.write(proc.stderr)
+            json.dump(nccl_tests_document(args, cmd, proc), sys.stdout, indent=1)
+            sys.stdout.write("\n")
+            return 0
+        sys.stderr.write(proc.stdout + proc.stderr)
+        if TABLE.search(proc.stdout) or args.implementation == "nccl-tests":
+            return proc.returncode or 1  # started and stopped part-way: no result
+        tail = (proc.stdout + proc.stderr).strip()[-TAIL:]
+        fallback = f"nccl-tests exited {proc.returncode} before its table: {tail}"
+    cmd = torch_command(args)
+    proc = run(cmd, env, keep_stderr=False)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout)
+        return proc.returncode
+    try:
+        doc = json.loads(proc.stdout)
+    except ValueError:
+        sys.stderr.write(proc.stdout)
+        print("allreduce_launch: the torch all-reduce printed no JSON document", file=sys.stderr)
+        return 1
+    doc.setdefault("implementation", "torch")
+    doc.setdefault("wrong", 0)
+    if fallback:
+        doc["fallback"] = fallback
+    json.dump(doc, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

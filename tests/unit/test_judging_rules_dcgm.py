@@ -1,0 +1,134 @@
+"""kiln.judging.rules_dcgm: `dcgmi diag` judged per node against recorded real outputs.
+
+Skip is never Pass: a required hardware test that was skipped leaves the node not validated,
+naming the tests; a Fail fails the node naming the test and dcgmi's message; Pass passes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kiln.judging.rules_dcgm import (
+    ABSENT,
+    NO_ANSWER,
+    RAN,
+    REQUIRED,
+    DcgmRun,
+    judge_dcgm,
+    level_for,
+)
+from kiln.judging.verdicts import Action, Severity
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+REAL = FIXTURES / "real" / "dcgmi-diag"
+DERIVED = FIXTURES / "derived" / "dcgmi-diag"
+BLACKWELL = "rtxpro6000_blackwell_x2_r3_hardware_all_skip_dcgm339"
+
+
+def _run(name: str, level: int, folder: Path = REAL, **kw) -> DcgmRun:
+    return DcgmRun("gpu001", level, RAN, output=(folder / name).read_text(), exit_code=0, **kw)
+
+
+def test_levels_by_suite() -> None:
+    assert [level_for(s) for s in ("quick", "standard", "soak")] == [1, 2, 3]
+    assert REQUIRED[1] == ("software",) and set(REQUIRED[2]) < set(REQUIRED[3])
+
+
+@pytest.mark.parametrize(
+    "folder, name", [(REAL, f"{BLACKWELL}.txt"), (DERIVED, f"{BLACKWELL}.json")]
+)
+def test_hardware_tests_all_skipped_leave_the_node_not_validated(folder: Path, name: str) -> None:
+    """The real DCGM 3.3.9 run on two Blackwell GPUs (table, and as its -j document)."""
+    [verdict] = judge_dcgm(_run(name, 3, folder))
+    assert not verdict.passed
+    assert (verdict.subject, verdict.name, verdict.check) == ("node", "gpu001", "dcgm")
+    assert (verdict.severity, verdict.action) == (Severity.WARNING, Action.INVESTIGATE)
+    assert verdict.message.startswith(
+        "not validated: dcgm r3 skipped PCIe, GPU Memory, Targeted Stress, Targeted Power, "
+        "Memory Bandwidth; did not run diagnostic (required at level 3:"
+    )
+    assert "EUD" not in verdict.message  # optional: never required
+
+
+def test_the_same_output_at_level_1_passes_its_deployment_tests() -> None:
+    [verdict] = judge_dcgm(_run(f"{BLACKWELL}.txt", 1))
+    assert verdict.passed
+    assert verdict.message.startswith("dcgm r1: 15 test(s) passed; optional PCIe, GPU Memory")
+
+
+def test_a_healthy_level_3_run_passes_with_its_optional_skip_named() -> None:
+    [verdict] = judge_dcgm(_run("v100_pcie_r3_verbose_pass_eud_skip_dcgm339.txt", 3))
+    assert verdict.passed and verdict.action is Action.NONE
+    assert verdict.message == "dcgm r3: 16 test(s) passed; optional EUD Test not run"
+
+
+def test_a_failed_test_drains_the_node_naming_the_test_and_dcgmis_message() -> None:
+    [verdict] = judge_dcgm(_run("h100x8_r3_fail_cuinit_no_fabricmanager_dcgm338.txt", 3))
+    assert not verdict.passed
+    assert (verdict.severity, verdict.action) == (Severity.CRITICAL, Action.DRAIN)
+    assert verdict.message.startswith(
+        "dcgm r3 GPU Memory failed on all GPUs: GPU 0 Error using CUDA API cuInit"
+    )
+    assert verdict.reason.startswith("kiln: dcgm r3 GPU Memory failed on all GPUs: GPU 0 Error")
+    assert len(verdict.reason) <= 99
+
+
+@pytest.mark.parametrize(
+    "name", ["l40s_x4_r2_pcie_internal_error_dcgm423.txt",
+             "b200_x8_r2_pcie_internal_error_slurm_dcgm441.txt"],
+)  # fmt: skip
+def test_a_dcgm_4_test_failed_at_test_level_fails_although_every_gpu_line_passes(name) -> None:
+    [verdict] = judge_dcgm(_run(name, 2))
+    assert not verdict.passed and verdict.action is Action.DRAIN
+    assert verdict.message.startswith(
+        "dcgm r2 pcie failed: There was an internal error during the test: '"
+    )
+
+
+def test_a_failing_gpu_of_a_json_run_gets_its_own_verdict() -> None:
+    node, gpu = judge_dcgm(_run("gb10_r1_json_software_fail_dcgm423.json", 1))
+    assert node.message.startswith(
+        "dcgm r1 software failed on GPU 0: Persistence Mode: Persistence mode for GPU 0 is"
+    )
+    assert (gpu.subject, gpu.name, gpu.node, gpu.passed) == ("gpu", "gpu001/gpu0", "gpu001", False)
+    assert gpu.message == "dcgm r1 software failed on GPU 0"
+
+
+def test_a_level_2_output_judged_at_level_3_did_not_run_the_stress_tests() -> None:
+    text = (REAL / "v100_pcie_r3_verbose_pass_eud_skip_dcgm339.txt").read_text()
+    level2 = "\n".join(
+        line for line in text.splitlines()
+        if not line.startswith(("| Diagnostic      ", "| Targeted", "| Memory Bandwidth"))
+    )  # fmt: skip
+    [verdict] = judge_dcgm(DcgmRun("gpu001", 3, RAN, output=level2))
+    assert not verdict.passed and verdict.message.startswith(
+        "not validated: dcgm r3 did not run diagnostic, targeted_stress, targeted_power, "
+        "memory_bandwidth"
+    )
+
+
+def test_a_node_without_dcgm_skips_the_step_and_says_so() -> None:
+    [verdict] = judge_dcgm(DcgmRun("gpu001", 3, ABSENT))
+    assert verdict.passed
+    assert verdict.message == "skipped: DCGM is not installed (no dcgmi on the node)"
+
+
+def test_no_answer_or_an_unreadable_one_is_never_a_pass() -> None:
+    [silent] = judge_dcgm(DcgmRun("gpu001", 2, NO_ANSWER, error="timeout: after 1980 s"))
+    assert not silent.passed and silent.action is Action.INVESTIGATE
+    assert silent.message == "not validated: dcgm r2 did not run: timeout: after 1980 s"
+    refused = DcgmRun(
+        "gpu001", 2, RAN, exit_code=255,
+        output="Error: unable to establish a connection to the specified host: localhost\n",
+    )  # fmt: skip
+    [verdict] = judge_dcgm(refused)
+    assert not verdict.passed and verdict.action is Action.INVESTIGATE
+    assert "printed no readable result (exit 255;" in verdict.message
+    assert "unable to establish a connection" in verdict.message
+
+
+def test_a_run_record_round_trips() -> None:
+    run = _run("gb10_r1_json_software_fail_dcgm423.json", 1, host="spark-1")
+    assert DcgmRun.from_dict(run.to_dict()) == run
