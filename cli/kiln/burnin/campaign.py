@@ -42,6 +42,7 @@ from typing import Any
 from kiln.burnin import ib as IB
 from kiln.burnin import jobs as J
 from kiln.burnin.collect import collect, read_hcas
+from kiln.burnin.dcgm import dcgm_phase
 from kiln.burnin.judge import judge_run
 from kiln.burnin.nodes import busy, busy_message, classify, select_compute, wait_for
 from kiln.burnin.submit import JobQueue
@@ -190,8 +191,6 @@ class _Campaign:
             out.report = judge_run(out.run_dir, self.cluster)
             # DCGM diagnostics on the tested GPU nodes, a phase of its own (kiln.burnin.dcgm):
             # its verdicts join the report; a node it could not validate is not tested.
-            from kiln.burnin.dcgm import dcgm_phase
-
             dcgm_phase(self.nodes.values(), out, self.layout, self.progress)
             out.not_tested = dict(out.report.not_tested)
             save_report(out.run_dir, out.report)
