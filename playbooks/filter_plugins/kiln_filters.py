@@ -1,5 +1,7 @@
 """Ansible filter shim: the roles use kiln's own tested filters (hostlist, expand_hostlist) and
-kiln's drain-reason grammar (kiln_drain_reason, is_kiln_reason)."""
+kiln's drain-reason grammar (kiln.parsers.drain_reason): kiln_drain_reason builds a reason,
+is_kiln_reason / kiln_drain_kind / kiln_drain_parts read one, kiln_node_drain reads a node's
+state and reason from `scontrol show node` output."""
 
 from kiln.parsers.drain_reason import FILTERS as REASON_FILTERS
 from kiln.render import FILTERS

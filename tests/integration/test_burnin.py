@@ -125,13 +125,13 @@ def test_burnin_passes_then_drains_a_slowed_node_and_resumes_it(provisioned_sand
     assert doc["passed"] is False
     assert list(doc["drained"]) == [slow], doc["drained"]
     reason = doc["drained"][slow]
-    assert reason.startswith("kiln: gemm"), reason
+    assert reason.startswith(f"kiln:burnin:{doc['run_id']}: gemm"), reason  # kind, run id
     fleet = [v for v in doc["report"]["verdicts"] if v["check"] == "node_vs_fleet"]
     assert {v["node"]: v["passed"] for v in fleet} == {n: n != slow for n in nodes}
     failing = {v["node"] for v in doc["report"]["verdicts"] if not v["passed"]}
     assert failing == {slow}
     state = _on_controller(cluster, f"scontrol show node {slow}")
-    assert "DRAIN" in state and "Reason=kiln: gemm" in state, state
+    assert "DRAIN" in state and f"Reason={reason} [" in state, state
     assert slow in _on_controller(cluster, "sinfo -R --noheader --format='%N|%E'")
     assert "No reservations" in _on_controller(cluster, "scontrol show reservation")
 

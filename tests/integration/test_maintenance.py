@@ -1,4 +1,10 @@
-"""Safe maintenance (the driver upgrade's drain, wait, resume) against the sandbox's real Slurm."""
+"""Safe maintenance (the driver upgrade's drain, wait, resume) against the sandbox's real Slurm.
+
+The role drains only a node that is in service, with `kiln:maintenance:<run id>: ...`, and
+resumes only a node still drained with exactly that reason: a node drained for any other
+reason (a failed burn-in, an operator, an earlier run) keeps it through every run. With
+slurmctld down nothing starts.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +25,10 @@ PLAYBOOK = Path(__file__).parent / "playbooks" / "maintenance.yml"
 BIN = Path(sys.executable).parent
 CTL = config.CONTROLLER
 NODE1, NODE2 = config.node_name(1), config.node_name(2)
+KILN = str(BIN / "kiln")
+DONE = "/var/lib/kiln/maintenance-done"
+# What a failed burn-in leaves (kiln.burnin.campaign drains with kind burnin and its run id).
+FAILED_BURNIN = "kiln:burnin:20261130T101500Z-3f9a1c: gemm cpu0 0.0004 TFLOPS < floor 0.001"
 
 
 def on(container: str, *argv: str, check: bool = True) -> str:
@@ -31,11 +41,22 @@ def state(node: str) -> str:
     return on(CTL, "sinfo", "--noheader", "--Node", "--nodes", node, "--format", "%T|%E")
 
 
-def maintenance(inventory: Path, node: str, timeout: int) -> subprocess.CompletedProcess:
+def ours(run_id: str) -> str:
+    """The reason the test playbook drains with in run `run_id` (kiln.parsers.drain_reason)."""
+    return f"kiln:maintenance:{run_id}: test maintenance"
+
+
+def new_run_id(label: str) -> str:
+    return f"itest-{label}-{time.time_ns()}"
+
+
+def maintenance(
+    inventory: Path, node: str, timeout: int, run_id: str, *extra: str
+) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
         "ANSIBLE_ROLES_PATH": str(ROOT / "playbooks" / "roles"),
-        "ANSIBLE_FILTER_PLUGINS": str(ROOT / "playbooks" / "filter_plugins"),  # is_kiln_reason
+        "ANSIBLE_FILTER_PLUGINS": str(ROOT / "playbooks" / "filter_plugins"),  # the grammar
         "ANSIBLE_FORCE_COLOR": "0",
     }
     return subprocess.run(
@@ -48,6 +69,9 @@ def maintenance(inventory: Path, node: str, timeout: int) -> subprocess.Complete
             f"target={node}",
             "-e",
             f"maintenance_timeout={timeout}",
+            "-e",
+            f"kiln_run_id={run_id}",
+            *extra,
         ],
         capture_output=True,
         text=True,
@@ -64,39 +88,129 @@ def wait_for(predicate, seconds: float = 60) -> None:
         time.sleep(1)
 
 
-def test_a_running_job_is_waited_for_then_the_node_is_resumed(provisioned_sandbox):
+def done_on(node: str) -> bool:
+    """Whether the playbook's work ran on `node` (it touches DONE)."""
+    return subprocess.run(["docker", "exec", node, "test", "-e", DONE], check=False).returncode == 0
+
+
+def fresh(*nodes: str) -> None:
+    """Nodes in service without the work's marker (after an interrupted earlier run)."""
+    for node in nodes:
+        on(node, "rm", "-f", DONE)
+        if "|kiln:maintenance:itest-" in state(node) or f"|{FAILED_BURNIN}" in state(node):
+            on(CTL, "scontrol", "update", f"nodename={node}", "state=resume")
+    wait_for(lambda: all(state(node).startswith("idle|") for node in nodes))
+
+
+def test_a_running_job_is_waited_for_and_a_drain_left_by_a_run_is_never_taken_over(
+    provisioned_sandbox,
+):
     inventory = provisioned_sandbox.inventory
-    on(NODE1, "rm", "-f", "/var/lib/kiln/maintenance-done")
-    if "kiln: test maintenance" in state(NODE1):  # left drained by an interrupted earlier run
-        on(CTL, "scontrol", "update", f"nodename={NODE1}", "state=resume")
+    fresh(NODE1)
+    first = new_run_id("job")
     job = on(CTL, "sbatch", "--parsable", "-w", NODE1, "--wrap", "sleep 300")
     try:
         wait_for(lambda: on(CTL, "squeue", "-h", "-j", job, "-o", "%T") == "RUNNING")
-        skipped = maintenance(inventory, NODE1, timeout=4)
+        skipped = maintenance(inventory, NODE1, timeout=4, run_id=first)
         assert skipped.returncode != 0
         assert f"still runs job(s) {job} after 4 s; skipped and left drained" in skipped.stdout
-        assert state(NODE1).startswith(("draining|kiln: test maintenance", "drng|kiln: test"))
-        assert (
-            subprocess.run(
-                ["docker", "exec", NODE1, "test", "-e", "/var/lib/kiln/maintenance-done"],
-                check=False,
-            ).returncode
-            == 1
-        )  # the work never ran under the job
+        assert state(NODE1) in (f"draining|{ours(first)}", f"drng|{ours(first)}")
+        assert not done_on(NODE1)  # the work never ran under the job
     finally:
         on(CTL, "scancel", job)
     wait_for(lambda: on(CTL, "squeue", "-h", "-w", NODE1) == "")
-    done = maintenance(inventory, NODE1, timeout=60)
+
+    # The next run finds the node drained by the first one: it does the work (no job can run
+    # there) but keeps that drain and does not resume it.
+    again = maintenance(inventory, NODE1, timeout=60, run_id=new_run_id("again"))
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert done_on(NODE1)
+    assert f"{NODE1} left alone: already IDLE+DRAIN ({ours(first)})" in again.stdout
+    assert state(NODE1) == f"drained|{ours(first)}"
+
+    # Resumed by hand (the failure message says how), a run drains and resumes it.
+    resumed = subprocess.run(
+        [KILN, "resume", str(inventory), NODE1, "--force"], capture_output=True, text=True,
+        env={**os.environ, "KILN_HOME": str(provisioned_sandbox.state)}, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    wait_for(lambda: state(NODE1).startswith("idle|"))
+    on(NODE1, "rm", "-f", DONE)
+    done = maintenance(inventory, NODE1, timeout=60, run_id=new_run_id("clean"))
     assert done.returncode == 0, done.stdout[-3000:]
-    on(NODE1, "test", "-e", "/var/lib/kiln/maintenance-done")
-    wait_for(lambda: state(NODE1).startswith("idle"))
+    assert done_on(NODE1)
+    wait_for(lambda: state(NODE1).startswith("idle|"))
 
 
 def test_a_node_an_operator_drained_is_left_drained(provisioned_sandbox):
+    fresh(NODE2)
     on(CTL, "scontrol", "update", f"nodename={NODE2}", "state=drain", "reason=operator: bad fan")
     try:
-        result = maintenance(provisioned_sandbox.inventory, NODE2, timeout=30)
+        result = maintenance(provisioned_sandbox.inventory, NODE2, 30, new_run_id("operator"))
         assert result.returncode == 0, result.stdout[-3000:]
         assert state(NODE2) in ("drained|operator: bad fan", "drain|operator: bad fan")
+        assert f"{NODE2} left alone: already IDLE+DRAIN (operator: bad fan)" in result.stdout
+        assert done_on(NODE2)  # still worked on: drained, no job runs there
     finally:
         on(CTL, "scontrol", "update", f"nodename={NODE2}", "state=resume")
+
+
+def test_a_node_a_failed_burnin_drained_keeps_its_reason_through_provision_and_a_rolling_change(
+    provisioned_sandbox,
+):
+    """The real bug: a driver upgrade overwrote a failed burn-in's drain with its own and then
+    resumed the node into production. The failed node (drained here with burn-in's reason by
+    scontrol, standing in for the failed burn-in) keeps that drain through a full `kiln
+    provision` and through a rolling change over both nodes, which drains and resumes the other
+    node."""
+    inventory = provisioned_sandbox.inventory
+    fresh(NODE1, NODE2)
+    on(CTL, "scontrol", "update", f"nodename={NODE2}", "state=drain", f"reason={FAILED_BURNIN}")
+    try:
+        proc = subprocess.run(
+            [KILN, "provision", str(inventory), "--yes", "--json"], capture_output=True,
+            text=True, env={**os.environ, "KILN_HOME": str(provisioned_sandbox.state)},
+            timeout=1800, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        assert state(NODE2) == f"drained|{FAILED_BURNIN}"
+        assert state(NODE1).startswith("idle|")
+
+        run_id = new_run_id("rolling")
+        rolling = maintenance(inventory, f"{NODE1},{NODE2}", 60, run_id, "-v")  # -v: argv
+        out = rolling.stdout
+        assert rolling.returncode == 0, out[-3000:]
+        assert done_on(NODE1) and done_on(NODE2)
+        assert f"{NODE2} left alone: already IDLE+DRAIN ({FAILED_BURNIN})" in out
+        assert f"{NODE2} not resumed: it was already IDLE+DRAIN ({FAILED_BURNIN})" in out
+        assert state(NODE2) == f"drained|{FAILED_BURNIN}"
+        # The other node was drained with this run's reason and resumed by it.
+        assert f'"nodename={NODE1}", "state=drain", "reason={ours(run_id)}"' in out, out[-3000:]
+        assert f'"nodename={NODE1}", "state=resume"' in out
+        assert f'"nodename={NODE2}", "state=' not in out  # never drained, never resumed
+        wait_for(lambda: state(NODE1).startswith("idle|"))
+    finally:
+        on(CTL, "scontrol", "update", f"nodename={NODE2}", "state=resume")
+        on(NODE1, "rm", "-f", DONE)
+        on(NODE2, "rm", "-f", DONE)
+
+
+def test_with_slurmctld_stopped_a_disruptive_change_changes_no_node(provisioned_sandbox):
+    fresh(NODE1, NODE2)
+    before = {node: state(node) for node in (NODE1, NODE2)}
+    on(CTL, "systemctl", "stop", "slurmctld")
+    try:
+        result = maintenance(provisioned_sandbox.inventory, f"{NODE1},{NODE2}", 30,
+                             new_run_id("ctld-down"))  # fmt: skip
+        out = result.stdout
+        assert result.returncode != 0, out[-3000:]
+        for node in (NODE1, NODE2):
+            assert f"slurmctld does not answer on {CTL}, so {node} is neither drained" in out
+            assert not done_on(node)  # the disruptive step ran on no node
+        assert "is DOWN" in out  # scontrol ping's own words
+        assert "changed: [" not in out
+    finally:
+        on(CTL, "systemctl", "start", "slurmctld")
+        wait_for(lambda: "is UP" in on(CTL, "scontrol", "ping", check=False), seconds=120)
+    wait_for(lambda: all(state(node) == before[node] for node in before), seconds=120)

@@ -63,7 +63,7 @@ def test_drain_and_resume_round_trip(provisioned_sandbox):
     (change,) = doc["nodes"]
     assert change["before"]["state"] == "idle" and change["after"]["state"] == "drained"
     who = change["after"]["drained_by"]
-    assert sinfo(NODE1) == ("drained", f'kiln: fan "swap"; $(reboot) (by {who})')
+    assert sinfo(NODE1) == ("drained", f'kiln:operator:{who}: fan "swap"; $(reboot)')
     proc = kiln("resume", inv, NODE1, state=state)
     assert proc.returncode == 0, proc.stderr
     assert wait_for_state(NODE1, "idle") == "idle"

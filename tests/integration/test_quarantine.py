@@ -1,22 +1,28 @@
 """Quarantine: new nodes, and nodes whose hardware changed, join drained until burn-in passes.
 
-The sandbox inventory turns quarantine off so the demo runs jobs at once; this test turns it
-on in a copy, as a real site would have it, and checks that kiln only ever resumes what kiln
-drained.
+The sandbox inventory turns quarantine off so the demo runs jobs at once; these tests turn it
+on in a copy, as a real site would have it. The first checks the drain, its reason and that a
+second apply changes nothing; the second adds a node with `kiln provision --new-nodes` while a
+thread polls Slurm throughout, and checks that Slurm never shows the node schedulable before
+its burn-in passes (it is drained before slurmd first registers it).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from kiln.parsers.drain_reason import parse_reason
 from kiln.sandbox import config
 
 pytestmark = pytest.mark.integration
@@ -48,6 +54,12 @@ def wait_idle(nodes: list[str], seconds: float = 90) -> dict[str, str]:
     return now
 
 
+def quarantined(reason: str, why: str) -> bool:
+    """Whether `reason` is kiln's quarantine drain for `why` ("new node", "hardware changed")."""
+    parsed = parse_reason(reason)
+    return parsed is not None and parsed.kind == "quarantine" and parsed.why.startswith(why)
+
+
 def kiln(*args: str, state: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [KILN, *args], capture_output=True, text=True, timeout=1200, check=False,
@@ -71,7 +83,7 @@ def test_new_and_changed_nodes_join_drained_and_kiln_resumes_them(provisioned_sa
         for node in NODES:
             state_, reason = reasons()[node].split("|", 1)
             assert state_ in ("drained", "draining"), (node, state_)
-            assert reason.startswith("kiln: new node, quarantined until burn-in passes"), reason
+            assert quarantined(reason, "new node"), reason
 
         # A second apply changes nothing: the nodes are known now.
         again = kiln("provision", str(inventory), "--stages", "slurm", "--yes", "--json",
@@ -79,7 +91,8 @@ def test_new_and_changed_nodes_join_drained_and_kiln_resumes_them(provisioned_sa
         assert again.returncode == 0, again.stderr[-3000:]
         assert '"changed": 0' in again.stdout
 
-        resumed = kiln("resume", str(inventory), ",".join(NODES), state=state)
+        # A quarantine is burn-in's to lift; `kiln resume` lifts it only when forced.
+        resumed = kiln("resume", str(inventory), ",".join(NODES), "--force", state=state)
         assert resumed.returncode == 0, resumed.stderr
         seen = wait_idle(NODES)
         assert all(seen[n].startswith("idle|") for n in NODES), seen
@@ -89,10 +102,125 @@ def test_new_and_changed_nodes_join_drained_and_kiln_resumes_them(provisioned_sa
         on(NODES[1], "sh", "-c", f"echo 'cpus=1 memory_gib=1 gpus=0 model=none' > {MARKER}")
         changed = kiln("provision", str(inventory), "--stages", "slurm", "--yes", state=state)
         assert changed.returncode == 0, changed.stderr[-3000:]
-        assert reasons()[NODES[1]].split("|", 1)[1].startswith("kiln: hardware changed")
+        assert quarantined(reasons()[NODES[1]].split("|", 1)[1], "hardware changed")
         assert wait_idle(NODES[:1])[NODES[0]].startswith("idle|")
     finally:
-        kiln("resume", str(inventory), ",".join(NODES), state=state)
+        kiln("resume", str(inventory), ",".join(NODES), "--force", state=state)
         restore = kiln("provision", str(provisioned_sandbox.inventory), "--stages", "slurm",
                        "--yes", state=state)  # fmt: skip
         assert restore.returncode == 0, restore.stderr[-3000:]
+
+
+# Slurm states in which the scheduler may start a job on the node (sinfo --Node, long form).
+# Any suffix counts too ("idle*"); drained, draining, reserved (burn-in's reservation), unknown,
+# down, inval and "not in slurm.conf" do not.
+SCHEDULABLE = re.compile(r"^(idle|mixed|allocated|completing)")
+
+
+class Poller(threading.Thread):
+    """Slurm's view of one node, every half second, until stopped: (monotonic time, line)."""
+
+    def __init__(self, node: str) -> None:
+        super().__init__(daemon=True)
+        self.node = node
+        self.samples: list[tuple[float, str]] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        argv = ["docker", "exec", CTL, "sinfo", "--noheader", "--Node", "--nodes", self.node,
+                "--format", "%T|%E"]  # fmt: skip
+        while not self.halt.is_set():
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+            line = proc.stdout.strip().splitlines()[0] if proc.stdout.strip() else ""
+            self.samples.append((time.monotonic(), line or f"absent|{proc.stderr.strip()}"))
+            self.halt.wait(0.5)
+
+
+def _hosts_without(hosts_file: Path, node: str) -> None:
+    hosts = yaml.safe_load(hosts_file.read_text())
+    del hosts["all"]["children"]["kiln_compute"]["hosts"][node]
+    hosts_file.write_text(yaml.safe_dump(hosts, sort_keys=False))
+
+
+def _settings(inventory: Path, quarantine: bool) -> None:
+    settings_file = inventory / "group_vars" / "all.yml"
+    settings = yaml.safe_load(settings_file.read_text())
+    settings["kiln_slurm"]["quarantine_new_nodes"] = quarantine
+    # Burn-in's absolute GEMM floor suits a loaded CI machine (as in test_burnin.py).
+    settings["kiln_burnin"] = {"gemm_tflops_floor": 0.0001}
+    settings_file.write_text(yaml.safe_dump(settings, sort_keys=False))
+
+
+def test_a_new_node_is_never_schedulable_before_its_burn_in_passes(provisioned_sandbox, tmp_path):
+    """kiln-node02 leaves the cluster (slurmd removed, slurm.conf without it), comes back with
+    `kiln provision --new-nodes` (every stage on it, slurmd installed again, which starts it),
+    then `kiln burnin` passes it. Slurm is polled throughout: before burn-in the node is
+    absent, unknown or drained with kiln's quarantine reason, never idle."""
+    new = NODES[1]
+    home = tmp_path / "home"  # runs of this test only: the new node is the one it left out
+    inventory = tmp_path / "inventory"
+    shutil.copytree(provisioned_sandbox.inventory, inventory)
+    original_hosts = (inventory / "hosts.yml").read_text()
+    poller = Poller(new)
+    try:
+        # 1. The cluster without the node; the node as a machine that never ran slurmd.
+        on(new, "systemctl", "disable", "--now", "slurmd")
+        on(new, "sh", "-c", "DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq slurmd")
+        on(new, "rm", "-rf", MARKER, "/var/lib/kiln/slurm-restart-pending",
+           "/var/lib/kiln/slurm-reconfigure-pending", "/var/spool/slurmd")  # fmt: skip
+        _hosts_without(inventory / "hosts.yml", new)
+        _settings(inventory, quarantine=False)
+        smaller = kiln("provision", str(inventory), "--stages", "slurm", "--yes", state=home)
+        assert smaller.returncode == 0, smaller.stderr[-3000:]
+        gone = subprocess.run(["docker", "exec", CTL, "scontrol", "show", "node", new],
+                              capture_output=True, text=True, check=False)  # fmt: skip
+        assert gone.returncode != 0 and "not found" in (gone.stdout + gone.stderr), gone
+
+        # 2. Scale-out with quarantine on, polled from the start.
+        (inventory / "hosts.yml").write_text(original_hosts)
+        _settings(inventory, quarantine=True)
+        poller.start()
+        added = kiln("provision", str(inventory), "--new-nodes", "--yes", "--json", state=home)
+        assert added.returncode == 0, added.stderr[-3000:]
+        assert json.loads(added.stdout)["new_nodes"]["new"] == [new]
+        state_, reason = reasons()[new].split("|", 1)
+        assert state_ == "drained", state_
+        assert quarantined(reason, "new node"), reason
+
+        # 3. Burn-in passes it and resumes it.
+        burnin_began = time.monotonic()
+        burnin = subprocess.run(
+            [KILN, "burnin", str(inventory), "--suite", "quick", "--seconds", "5", "--json"],
+            capture_output=True, text=True, timeout=900, check=False,
+            env={**os.environ, "KILN_HOME": str(home)},
+        )  # fmt: skip
+        assert burnin.returncode == 0, burnin.stderr[-4000:]
+        document = json.loads(burnin.stdout)
+        assert document["passed"] is True and new in document["resumed"], document
+        assert wait_idle([new])[new].startswith("idle|")
+        time.sleep(1.5)  # the poller sees the resumed node too
+    finally:
+        poller.halt.set()
+        if poller.is_alive():
+            poller.join(timeout=10)
+
+        if "drain" in reasons().get(new, ""):
+            on(CTL, "scontrol", "update", f"nodename={new}", "state=resume")
+        restore = kiln("provision", str(provisioned_sandbox.inventory), "--stages", "slurm",
+                       "--yes", state=provisioned_sandbox.state)  # fmt: skip
+        assert restore.returncode == 0, restore.stderr[-3000:]
+
+    before = [line for at, line in poller.samples if at < burnin_began]
+    seen = {line.split("|", 1)[0] for line in before}
+    assert any(line.startswith("absent|") for line in before), seen  # polled from before it joined
+    assert any(line.startswith("drained|") for line in before), seen  # and after it registered
+    schedulable = [line for line in before if SCHEDULABLE.match(line)]
+    assert schedulable == [], (
+        f"{new} was schedulable before burn-in: {schedulable[:5]} (seen {seen})"
+    )
+    for line in before:
+        state_, reason = line.split("|", 1)
+        if state_.startswith("drain"):
+            assert quarantined(reason, "new node"), line
+    after = [line for at, line in poller.samples if at >= burnin_began]
+    assert any(SCHEDULABLE.match(line) for line in after), after[-5:]  # resumed once it passed

@@ -146,19 +146,50 @@ def test_infiniband_nodes_are_read_before_and_after_and_their_rails_run_in_round
     manifest = json.loads((tmp_path / "run" / "run.json").read_text())
     assert manifest["ib"]["nodes"] == NODES and len(manifest["ib"]["pairs"]) == 6
     assert (tmp_path / "run" / "ib" / "sysfs-after" / "gpu002.txt").is_file()
-    assert outcome.drained == {
-        "gpu002": "kiln: ib rail1 mlx5_1 port 1 errors rose: link_downed +2",
-        "gpu003": "kiln: ib rail1 mlx5_1 98.0 Gb/s < floor 180 (slow with 3/3 peers)",
+    assert outcome.drained == {  # kind burnin, this run's id
+        "gpu002": "kiln:burnin:RUN: ib rail1 mlx5_1 port 1 errors rose: link_downed +2",
+        "gpu003": "kiln:burnin:RUN: ib rail1 mlx5_1 98.0 Gb/s < floor 180 (slow with 3/3 peers)",
     }
     drains = [c for c in ctl.commands if "state=drain" in c]
     assert drains == [
         "scontrol update nodename=gpu002 state=drain "
-        "'reason=kiln: ib rail1 mlx5_1 port 1 errors rose: link_downed +2'",
+        "'reason=kiln:burnin:RUN: ib rail1 mlx5_1 port 1 errors rose: link_downed +2'",
         "scontrol update nodename=gpu003 state=drain "
-        "'reason=kiln: ib rail1 mlx5_1 98.0 Gb/s < floor 180 (slow with 3/3 peers)'",
+        "'reason=kiln:burnin:RUN: ib rail1 mlx5_1 98.0 Gb/s < floor 180 (slow with 3/3 peers)'",
     ]
     assert ctl.commands[-1] == "scontrol delete reservationname=kiln-burnin-run"
     assert outcome.not_tested == {}  # DCGM absent is a skipped phase, not a node left untested
+
+
+QUARANTINED = "kiln:quarantine:20261130T101500Z-3f9a1c: new node, quarantined until burn-in passes"
+
+
+@pytest.mark.parametrize(
+    ("reason", "tested"),
+    [
+        (QUARANTINED, True),
+        ("kiln:burnin:20261130T111500Z-77aa01: gemm gpu3 612 TFLOPS < floor 700", True),
+        ("kiln: new node, quarantined until burn-in passes", True),  # older kiln
+        ("kiln: gemm gpu3 612 TFLOPS < floor 700", True),  # older kiln: a failed burn-in
+        ("kiln:operator:alice: disk swap", False),
+        ("kiln: disk swap (by alice)", False),
+        ("kiln:maintenance:20261130T121500Z-0b0b0b: driver upgrade 550 -> 570", False),
+        ("kiln: driver upgrade 550.90.07 -> 570.124.06", False),
+        ("kiln:health:20261130T131500Z-c0ffee: xid 79", False),
+        ("bad DIMM; kiln: said so", False),
+    ],
+)
+def test_burnin_lifts_only_quarantine_and_burnin_drains(reason, tested):
+    """Burn-in resumes (inside its reservation) and keeps in service only nodes whose drain is
+    a quarantine or a failed burn-in: never an operator's, a health check's, a maintenance's or
+    anyone else's."""
+    from kiln.burnin.nodes import classify
+    from kiln.slurmctl.state import NodeState
+
+    usable, lifted, skipped = classify({"n1": NodeState("n1", "idle+drain", reason)}, ["n1"])
+    assert (usable == ["n1"], lifted == {"n1": reason}, "n1" in skipped) == (
+        tested, tested, not tested,
+    )  # fmt: skip
 
 
 def test_the_command_composes_install_run_judge_and_report(tmp_path, monkeypatch):
@@ -177,7 +208,7 @@ def test_the_command_composes_install_run_judge_and_report(tmp_path, monkeypatch
         def show(self, names):
             steps.append(f"show {','.join(names)}")
             return {
-                nodes[0]: NodeState(nodes[0], "idle+drain", "kiln: maintenance"),
+                nodes[0]: NodeState(nodes[0], "idle+drain", QUARANTINED),
                 nodes[1]: NodeState(nodes[1], "idle+drain", "bad DIMM; kiln: said so"),
                 **{n: NodeState(n, "idle") for n in nodes[2:]},
             }

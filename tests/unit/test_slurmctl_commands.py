@@ -20,9 +20,9 @@ NASTY = 'it\'s "bad"; rm -rf / $(id) `uname` && echo | cat > x'
 
 
 def test_kiln_reason_prefix_and_user():
-    assert commands.kiln_reason("  disk swap ", user="alice") == "kiln: disk swap (by alice)"
+    assert commands.kiln_reason("  disk swap ", user="alice") == "kiln:operator:alice: disk swap"
     # a user name never brings shell or bracket syntax into the reason
-    assert commands.kiln_reason("x", user="a b;c[d]") == "kiln: x (by a_b_c_d_)"
+    assert commands.kiln_reason("x", user="a b;c[d]") == "kiln:operator:a_b_c_d_: x"
 
 
 @pytest.mark.parametrize(
@@ -37,7 +37,9 @@ def test_reasons_slurm_cannot_keep_are_refused_with_exit_2(text):
 
 def test_reason_at_the_limit_is_kept():
     text = "y" * commands.REASON_TEXT_MAX
-    assert commands.kiln_reason(text, user="u") == f"kiln: {text} (by u)"
+    assert commands.kiln_reason(text, user="u") == f"kiln:operator:u: {text}"
+    longest = commands.kiln_reason(text, user="u" * 40)  # the user is cut to 32, the text kept
+    assert longest == f"kiln:operator:{'u' * 32}: {text}"
 
 
 def test_drain_argv_keeps_the_reason_as_one_argument():
@@ -48,7 +50,7 @@ def test_drain_argv_keeps_the_reason_as_one_argument():
         "update",
         "nodename=gpu[001-003,010]",
         "state=drain",
-        f"reason=kiln: {NASTY} (by alice)",
+        f"reason=kiln:operator:alice: {NASTY}",
     ]
     line = commands.script([argv])
     middle = line.split("; ", 1)[1].rsplit("; echo", 1)[0]
@@ -108,7 +110,7 @@ def test_script_runs_in_a_real_shell_without_interpreting_the_reason(tmp_path: P
     assert code == 0 and code2 == 3 and out2 == ""
     assert out.splitlines() == [
         "argc=4", "update", "nodename=gpu001", "state=drain",
-        f"reason=kiln: {NASTY} (by alice)",
+        f"reason=kiln:operator:alice: {NASTY}",
     ]  # fmt: skip
     assert not (tmp_path / "x").exists()  # the `> x` inside the reason was never a redirect
 

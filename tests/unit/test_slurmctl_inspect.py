@@ -121,3 +121,22 @@ def test_unreachable_node_is_not_ok_but_slurm_is_still_shown(cluster):
                          runner=Runner("", node_status=Status.UNREACHABLE))  # fmt: skip
     assert not found.reachable and not found.ok and "no route" in found.error
     assert rows(found)["slurm state"][1] == "idle+drain"
+
+
+def test_slurm_that_cannot_be_read_is_an_error_not_unknown_to_slurm(cluster):
+    class Down(Runner):
+        def __call__(self, nodes, command, *, fanout, timeout):
+            if nodes[0].name != "ctl":
+                return super().__call__(nodes, command, fanout=fanout, timeout=timeout)
+            error = "slurm_load_node error: Unable to contact slurm controller (connect failure)"
+            out = "@@kiln-step 0\n@@kiln-step-rc 1\n"
+            return ExecResult(command, [NodeResult("ctl", "10.0.0.1", Status.OK, 0, out, error)],
+                              0.1, 1, 60)  # fmt: skip
+
+    found = inspect_node(
+        cluster, cluster.node("oxygen-04"), runner=Down(probe_output(None, [], []))
+    )
+    declared, shown, match = rows(found)["slurm"]
+    assert match is False and not found.ok
+    assert "cannot read Slurm" in shown and "Unable to contact slurm controller" in shown
+    assert "unknown to Slurm" not in shown

@@ -107,7 +107,7 @@ def test_drain_stores_kiln_reason_and_reports_before_and_after(cluster):
     assert fake.calls[0] == [["sinfo", "--noheader", "--format", "%N|%T|%G|%u|%H|%E"]]
     assert fake.calls[1][0] == [
         "scontrol", "update", "nodename=cortex-01", "state=drain",
-        'reason=kiln: disk "swap"; now (by bob)',
+        'reason=kiln:operator:bob: disk "swap"; now',
     ]  # fmt: skip
     change = by_name(result)["cortex-01"]
     assert (change.before.state, change.after.state, change.action) == (
@@ -235,3 +235,99 @@ def test_burnin_s_controller_runs_as_root_submits_and_reads_the_nodes(cluster):
     assert shown["cricket"].drained_by_kiln and shown["cricket"].drained_by == "alice"
     with pytest.raises(OperationFailed, match="sbatch of ib-r0 printed no job id"):
         ctl.submit("#!/bin/bash\n# fail.sh\n", "ib-r0")
+
+
+# Drains kiln placed for other operations (derived: the grammar of kiln.parsers.drain_reason).
+OTHER_DRAINS = {
+    "quarantine": "kiln:quarantine:20261130T101500Z-3f9a1c: new node, quarantined until "
+    "burn-in passes",
+    "burnin": "kiln:burnin:20261130T111500Z-77aa01: gemm gpu3 612 TFLOPS < floor 700",
+    "burnin (older kiln)": "kiln: gemm gpu3 612 TFLOPS < floor 700",
+    "maintenance": "kiln:maintenance:20261130T121500Z-0b0b0b: driver upgrade 550 -> 570",
+    "health": "kiln:health:20261130T131500Z-c0ffee: xid 79",
+}
+
+
+@pytest.mark.parametrize("kind", list(OTHER_DRAINS))
+def test_kiln_drain_takes_over_no_drain_of_another_operation(cluster, kind):
+    """`kiln drain` over a quarantine would let `kiln resume` put an untested node in service:
+    the node keeps the reason it has."""
+    fake = slurm()
+    fake.nodes["cricket"][1] = OTHER_DRAINS[kind]
+    change = by_name(drain(cluster, pick(cluster, "cricket"), "fan", user="bob", runner=fake))[
+        "cricket"
+    ]
+    assert change.action == "kept" and change.ok
+    assert fake.nodes["cricket"][1] == OTHER_DRAINS[kind]
+    assert len(fake.calls[1]) == 1  # only the state read again: no update sent
+
+
+@pytest.mark.parametrize(
+    ("kind", "says"),
+    [
+        ("quarantine", "`kiln burnin` resumes it then"),
+        ("burnin", "`kiln burnin` resumes it when it passes"),
+        ("burnin (older kiln)", "`kiln burnin` resumes it when it passes"),
+        ("maintenance", "drained by a maintenance run"),
+        ("health", "failed a health check"),
+    ],
+)
+def test_resume_refuses_drains_other_operations_placed(cluster, kind, says):
+    fake = slurm()
+    fake.nodes["cricket"][1] = OTHER_DRAINS[kind]
+    result = resume(cluster, pick(cluster, "cricket"), runner=fake)
+    change = by_name(result)["cricket"]
+    assert change.action == "refused" and not result.ok
+    assert says in change.message and "--force" in change.message
+    assert fake.nodes["cricket"][0] == "drained"
+    forced = resume(cluster, pick(cluster, "cricket"), force=True, runner=fake)
+    assert by_name(forced)["cricket"].action == "resume" and fake.nodes["cricket"][0] == "idle"
+
+
+def test_resume_resumes_kiln_drain_s_operator_drains_new_and_old(cluster):
+    fake = slurm()
+    drain(cluster, pick(cluster, "cortex-01"), "fan", user="bob", runner=fake)
+    assert fake.nodes["cortex-01"][1] == "kiln:operator:bob: fan"
+    result = resume(cluster, pick(cluster, "cortex-01", "cricket"), runner=fake)
+    assert result.ok and result.counts() == {"resume": 2}  # cricket: "kiln: ... (by alice)"
+
+
+def test_status_json_names_the_drain_kind_and_operation():
+    nodes = from_sinfo(
+        "n1|drained|(null)|root|2026-11-30T10:00:00|"
+        "kiln:burnin:20261130T111500Z-77aa01: gemm gpu3 low\n"
+    )
+    doc = nodes["n1"].to_dict()
+    assert doc["drain"] == {
+        "kind": "burnin", "operation": "20261130T111500Z-77aa01", "why": "gemm gpu3 low",
+    }  # fmt: skip
+    assert doc["drained_by_kiln"] and doc["drained_by"] == "root"
+
+
+def scontrol_answer(stdout: str, code: int, stderr: str = ""):
+    def runner(nodes, command, *, fanout, timeout) -> ExecResult:
+        out = f"@@kiln-step 0\n{stdout}@@kiln-step-rc {code}\n"
+        result = NodeResult("ctl", "10.0.0.1", Status.OK, 0, out, stderr)
+        return ExecResult(command, [result], 0.1, fanout, timeout)
+
+    return runner
+
+
+def test_reading_nodes_fails_closed_in_slurm_s_words(cluster):
+    """A controller that cannot be contacted is an error naming Slurm's message, never "not in
+    Slurm"; Slurm's own "not found" is the only answer that means it does not know a node."""
+    # Slurm 22.05's texts: slurm_perror on stderr; printf("Node %s not found") on stdout.
+    down = "slurm_load_node error: Unable to contact slurm controller (connect failure)\n"
+    ctl = Controller(cluster, runner=scontrol_answer("", 1, down))
+    with pytest.raises(
+        OperationFailed, match=r"exited 1: slurm_load_node error: Unable to contact"
+    ):
+        ctl.show(["cricket"])
+    ctl = Controller(cluster, runner=scontrol_answer("", 1, ""))
+    with pytest.raises(OperationFailed, match="exited 1: no output"):
+        ctl.show(["cricket"])
+    ctl = Controller(cluster, runner=scontrol_answer("Node gpu-new not found\n", 1))
+    assert ctl.show(["gpu-new"]) == {}
+    both = f"{SHOWN}Node gpu-new not found\n"
+    ctl = Controller(cluster, runner=scontrol_answer(both, 1))
+    assert list(ctl.show(["cricket", "gpu-new"])) == ["cricket"]

@@ -22,8 +22,9 @@ nodes first and renders the report after; the campaign in between:
    with squeue, cancelled at their deadline (kiln.burnin.submit).
 3. Results fetched over SSH from every node into the run record (kiln.burnin.collect), judged
    (kiln.judging through judge_run), report.json saved.
-4. Node states: failing nodes drained with their reason ("kiln: gemm ..."); passing nodes kiln
-   had drained stay resumed (one that was not tested gets its drain back); `drain=False` puts
+4. Node states: failing nodes drained with kind burnin and this run's id
+   ("kiln:burnin:RUN: gemm ..."); passing nodes that were quarantined or had failed a burn-in
+   stay resumed (one that was not tested gets its drain back); `drain=False` puts
    every node back as it was. Then the reservation goes. On an error or Ctrl-C the jobs are
    cancelled, the drains kiln lifted are restored and the reservation is deleted before the
    exception propagates.
@@ -57,12 +58,19 @@ from kiln.judging.pairs import pair_schedule
 from kiln.judging.results import ResultError, allreduce_from_doc
 from kiln.judging.thresholds import FABRIC_BYTES, fabric_floor
 from kiln.parsers import ParseError
+from kiln.parsers.drain_reason import format_reason, parse_reason
 from kiln.records.burnin import RunLayout, manifest_entry, save_report, write_manifest
 from kiln.records.runs import RunRecord, state_dir
 from kiln.slurmctl import commands
 from kiln.slurmctl.remote import Controller
 
 Progress = Callable[[str], None]
+
+
+def burnin_reason(run_id: str, reported: str) -> str:
+    """The drain a failing node gets: kind burnin, this run's id, the report's why."""
+    parsed = parse_reason(reported)
+    return format_reason("burnin", run_id, parsed.why if parsed else reported)
 
 
 @dataclass
@@ -364,8 +372,8 @@ class _Campaign:
             self._restore()
             return
         for node in self.out.nodes:
-            reason = drains.get(node)
-            if reason is not None:
+            if node in drains:
+                reason = burnin_reason(self.out.run_id, drains[node])
                 self.ctl.run([commands.drain([node], reason)])
                 self.out.drained[node] = reason
         untested = [n for n in self.resumed if n in self.out.not_tested and n not in drains]

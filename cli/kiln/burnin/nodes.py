@@ -1,7 +1,9 @@
 """Which nodes a burn-in tests: the selected compute nodes, as far as Slurm lets them run.
 
-A node kiln drained earlier (its reason is kiln's: a quarantined new node, a failed burn-in) is
-tested; a node drained by someone else, down or not responding is skipped and left alone.
+A node drained by a quarantine (new or changed) or a failed burn-in (kiln.parsers.drain_reason
+kinds quarantine and burnin) is tested, and resumed if it passes; a node drained for any other
+reason (an operator's `kiln drain`, a health check, a maintenance in progress, anyone else's
+drain), down or not responding is skipped and left alone.
 A node that jobs outside the reservation hold (`busy`) is not tested: reported "not tested
 (busy)", never drained; `wait_for` polls until such nodes are free, up to a timeout.
 """
@@ -23,6 +25,7 @@ Busy = dict[str, list[Holder]]  # node -> the jobs holding it outside the reserv
 SHOWN = 8  # busy nodes named in one progress line
 
 _UNUSABLE = ("down", "future", "unknown")
+RETESTED = ("quarantine", "burnin")  # the drains burn-in lifts to test, and keeps off on a pass
 
 
 def select_compute(cluster: Cluster, selector: str | None) -> list[Node]:
@@ -38,7 +41,7 @@ def select_compute(cluster: Cluster, selector: str | None) -> list[Node]:
 def classify(
     states: Mapping[str, NodeState], wanted: list[str]
 ) -> tuple[list[str], dict[str, str], dict[str, str]]:
-    """(nodes to test, {kiln-drained node: its reason}, {skipped node: why})."""
+    """(nodes to test, {node drained by a quarantine or burn-in: its reason}, {skipped: why})."""
     usable: list[str] = []
     kiln_drained: dict[str, str] = {}
     skipped: dict[str, str] = {}
@@ -46,11 +49,12 @@ def classify(
         node = states.get(name)
         if node is None:
             skipped[name] = "not known to Slurm"
-        elif node.drained_by_kiln:
+        elif node.drain_kind in RETESTED:
             kiln_drained[name] = node.reason or ""
             usable.append(name)
         elif node.drained:
-            skipped[name] = f"drained by someone else ({node.reason or 'no reason'})"
+            whose = f"a kiln {node.drain_kind} drain" if node.drain_kind else "someone else"
+            skipped[name] = f"drained by {whose} ({node.reason or 'no reason'})"
         elif node.base in _UNUSABLE or not node.responding:
             skipped[name] = f"Slurm state {node.base.upper()}"
         else:

@@ -57,16 +57,19 @@ def drain(
             "-r",
             show_default=False,
             help=f"Why (one line, at most {REASON_TEXT_MAX} characters); stored as "
-            "`kiln: TEXT (by USER)`.",
+            "`kiln:operator:USER: TEXT`.",
         ),
     ],  # fmt: skip
     json_: Annotated[bool, typer.Option("--json", help="Per-node results as JSON.")] = False,
 ) -> int:
-    """Drain nodes in Slurm with a `kiln:` reason; running jobs finish first (state draining).
+    """Drain nodes in Slurm with an operator reason; running jobs finish first (state draining).
 
-    A node someone else drained keeps that person's reason. Exit 0 when every selected node is
-    drained or draining; 1 when a node is unknown to Slurm or the update failed; 2 on invalid
-    input (bad reason, selector matching nothing): nothing was touched.
+    A node already drained for another reason (a quarantine, a failed burn-in, a maintenance,
+    someone else's drain) keeps that reason; `kiln resume` lifts only these operator drains.
+
+    Exit 0 when every selected node is drained or draining; 1 when a node is unknown to Slurm
+    or the update failed; 2 on invalid input (bad reason, selector matching nothing): nothing
+    was touched.
     """
     cluster = require_valid(inventory)
     selected = select_nodes(cluster, nodes)

@@ -1,4 +1,4 @@
-"""`kiln resume INVENTORY NODES`: return nodes kiln drained to service."""
+"""`kiln resume INVENTORY NODES`: return nodes drained with `kiln drain` to service."""
 
 from __future__ import annotations
 
@@ -18,15 +18,23 @@ def resume(
     nodes: Annotated[str, typer.Argument(help=NODES_HELP, show_default=False)],
     force: Annotated[
         bool,
-        typer.Option("--force", help="Also resume nodes drained by someone else (not kiln)."),
+        typer.Option(
+            "--force",
+            help="Also resume nodes drained for any other reason: a quarantine or failed "
+            "burn-in (untested or failing nodes), a maintenance, someone else's drain.",
+        ),
     ] = False,
     json_: Annotated[bool, typer.Option("--json", help="Per-node results as JSON.")] = False,
 ) -> int:
-    """Resume drained nodes whose reason starts with `kiln:`; nodes not drained are left as is.
+    """Resume nodes drained with `kiln drain` (reason `kiln:operator:USER: ...`, or the older
+    `kiln: TEXT (by USER)`); nodes not drained are left as is.
 
-    A node drained by someone else is refused, naming who drained it, when and why, unless
-    --force. Exit 0 when every selected node is available or resumed; 1 when one was refused,
-    is unknown to Slurm or did not resume; 2 on invalid input.
+    Any other drain is refused, naming who drained it, when and why, unless --force: a
+    quarantined or burn-in-failed node is resumed by a burn-in it passes, a maintenance drain by
+    the run that placed it.
+
+    Exit 0 when every selected node is available or resumed; 1 when one was refused, is
+    unknown to Slurm or did not resume; 2 on invalid input.
     """
     cluster = require_valid(inventory)
     selected = select_nodes(cluster, nodes)

@@ -1,13 +1,14 @@
 """The core that talks to Slurm: every Slurm command kiln issues, over SSH on the controller.
 
     result = drain(cluster, nodes, "disk swap")          # OpResult: per-node before/after
-    result = resume(cluster, nodes, force=False)         # refuses drains kiln did not make
+    result = resume(cluster, nodes, force=False)         # resumes `kiln drain`'s drains only
     status = cluster_status(cluster)                     # ClusterStatus: inventory vs Slurm
     found = inspect_node(cluster, node)                  # Inspection: declared vs shown
     ctl = Controller(cluster, root=True)                 # burn-in: reservations, sbatch, squeue
 
 Command lines are built in `commands` with shlex.quote; node state and drain reasons are read
-in one place (`state`: NodeState; which reasons are kiln's: kiln.parsers.drain_reason); nothing
+in one place (`state`: NodeState; kind and operation of a drain: kiln.parsers.drain_reason);
+Slurm that cannot be read is an error in Slurm's words, never "not in Slurm"; nothing
 here prints.
 """
 

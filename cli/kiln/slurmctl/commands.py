@@ -56,7 +56,7 @@ def local_user() -> str:
 
 
 def kiln_reason(text: str, user: str | None = None) -> str:
-    """The reason `kiln drain` stores: `kiln: TEXT (by USER)` (kiln.parsers.drain_reason)."""
+    """The reason `kiln drain` stores: `kiln:operator:USER: TEXT` (kiln.parsers.drain_reason)."""
     return operator_reason(check_reason(text), user or local_user())
 
 

@@ -13,15 +13,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kiln.errors import OperationFailed
 from kiln.fleet import run_command
 from kiln.inventory import Cluster, Node
 from kiln.parsers import ParseError
 from kiln.parsers.nvidia_smi import NvidiaSmiLog, parse_xml
-from kiln.parsers.slurm import parse_scontrol_nodes
-from kiln.slurmctl import commands
 from kiln.slurmctl.burnin import UNKNOWN, Verdict, last_verdicts
 from kiln.slurmctl.remote import Controller, Runner
-from kiln.slurmctl.state import NodeState, from_scontrol
+from kiln.slurmctl.state import NodeState
 
 MARK = "@@kiln-probe"
 ABSENT = f"{MARK}-absent"
@@ -179,7 +178,10 @@ def _gpu_rows(node: Node, cluster: Cluster, shown: Shown) -> list[Row]:
     return rows
 
 
-def _slurm_rows(node: Node, slurm: NodeState | None) -> list[Row]:
+def _slurm_rows(node: Node, slurm: NodeState | None, error: str | None = None) -> list[Row]:
+    if error is not None:
+        return [Row("slurm", "a Slurm node" if node.is_compute else "-",
+                    f"cannot read Slurm: {error}", False)]  # fmt: skip
     if slurm is None:
         expected = "a Slurm node" if node.is_compute else "not a Slurm node (controller)"
         return [Row("slurm", expected, "unknown to Slurm", False if node.is_compute else None)]
@@ -201,14 +203,15 @@ def inspect_node(
     """Probe `node`, ask the controller about it and compare both with the inventory."""
     answer = runner([node], PROBE, fanout=1, timeout=timeout).results[0]
     ctl = Controller(cluster, runner=runner, timeout=timeout)
-    (step,) = ctl.run([commands.show_nodes([node.name])], check=False)
-    slurm = None
-    if step.exit_code == 0 and step.stdout.strip():
-        slurm = from_scontrol(parse_scontrol_nodes(step.stdout)[0])
+    slurm_error = None
+    try:
+        slurm = ctl.show([node.name]).get(node.name)
+    except (OperationFailed, ParseError) as error:  # Slurm's words, never "not in Slurm"
+        slurm, slurm_error = None, str(error)
     burnin = last_verdicts(cluster.name, [node.name], state).get(node.name, UNKNOWN)
     if answer.exit_code != 0:
         error = answer.error or answer.stderr.strip() or f"probe exited {answer.exit_code}"
-        rows = _slurm_rows(node, slurm)
+        rows = _slurm_rows(node, slurm, slurm_error)
         return Inspection(node.name, node.address, False, f"{answer.status}: {error}", rows,
                           slurm, burnin)  # fmt: skip
     shown = parse_probe(answer.stdout)
@@ -218,6 +221,6 @@ def inspect_node(
         Row("IB HCAs", ", ".join(declared_hcas) or "none", ", ".join(shown.hcas) or "none",
             sorted(declared_hcas) == shown.hcas)
     )  # fmt: skip
-    rows += _slurm_rows(node, slurm)
+    rows += _slurm_rows(node, slurm, slurm_error)
     rows.append(Row("last burn-in", "-", burnin.text(), None))
     return Inspection(node.name, node.address, True, None, rows, slurm, burnin, shown)

@@ -1,10 +1,13 @@
-"""Drain and resume through scontrol on the controller; kiln only resumes what kiln drained.
+"""Drain and resume through scontrol on the controller; `kiln resume` resumes only `kiln drain`'s.
 
 Both read the nodes' state first (one SSH exec), decide per node, then update and read the
-state again (a second exec). Drained nodes carry `kiln: TEXT (by USER)`; a node someone else
-drained keeps that person's reason (kiln does not take it over), and resume refuses it unless
-forced, naming who drained it, when and why. A node with running jobs is drained, not stopped:
-Slurm shows it `draining` until its jobs end.
+state again (a second exec). `kiln drain` places `kiln:operator:USER: TEXT`
+(kiln.parsers.drain_reason). A node already drained for any other reason (a quarantine, a
+failed burn-in, a maintenance in progress, someone else's drain) keeps that reason: kiln takes
+over no drain. `kiln resume` resumes operator drains only; a quarantine or burn-in drain is
+burn-in's to lift (when the node passes), a maintenance drain its run's, and anyone else's
+drain theirs: those are refused, naming who drained it, when and why, unless forced. A node
+with running jobs is drained, not stopped: Slurm shows it `draining` until its jobs end.
 """
 
 from __future__ import annotations
@@ -77,6 +80,22 @@ def _classify_unknown(node: Node, change: NodeChange) -> None:
         change.message = "not a Slurm compute node; skipped"
 
 
+# Who lifts a drain `kiln resume` leaves alone, by kind.
+_OWNER = {
+    "quarantine": "quarantined until a burn-in passes: `kiln burnin` resumes it then",
+    "burnin": "failed a burn-in: `kiln burnin` resumes it when it passes",
+    "health": "failed a health check: fix it, then a burn-in resumes it",
+    "maintenance": "drained by a maintenance run, which resumes it when done",
+}
+
+
+def _not_ours(state: NodeState) -> str:
+    kind = state.drain_kind
+    if kind in _OWNER:
+        return _OWNER[kind]
+    return "not drained by `kiln drain`: kiln resumes only its own operator drains"
+
+
 def _apply(
     ctl: Controller, result: OpResult, update: list[str] | None, targets: list[NodeChange]
 ) -> None:
@@ -120,7 +139,7 @@ def drain(
         state = change.before
         if state is None:
             _classify_unknown(node, change)
-        elif state.drained and not state.drained_by_kiln:
+        elif state.drained and state.drain_kind != "operator":
             change.action = "kept"
             change.message = (
                 f"already {state.describe_drain()}; kept that reason (kiln takes over no drain)"
@@ -156,17 +175,16 @@ def resume(
             change.message = f"not drained ({state.state}): already available"
             if not state.responding or state.base in ("down", "fail", "unknown"):
                 change.message = f"not drained ({state.state}): nothing for resume to do"
-        elif state.drained_by_kiln or force:
+        elif state.drain_kind == "operator" or force:
             change.action = "resume"
-            if not state.drained_by_kiln:
+            if state.drain_kind != "operator":
                 change.message = f"forced: was {state.describe_drain()}"
             targets.append(change)
         else:
             change.action = "refused"
             change.ok = False
             change.message = (
-                f"{state.describe_drain()}; kiln resumes only nodes kiln drained "
-                "(--force to resume it anyway)"
+                f"{state.describe_drain()}; {_not_ours(state)} (--force to resume it anyway)"
             )
     update = commands.resume([c.name for c in targets]) if targets else None
     _apply(ctl, result, update, targets)

@@ -20,7 +20,7 @@ from kiln.fleet import ExecResult, NodeResult, Status, run_command
 from kiln.inventory import Cluster, Node
 from kiln.parsers.slurm import parse_scontrol_nodes
 from kiln.slurmctl import commands
-from kiln.slurmctl.state import NodeState, from_scontrol, from_sinfo
+from kiln.slurmctl.state import NodeState, from_scontrol, from_sinfo, split_not_found
 
 Runner = Callable[..., ExecResult]  # kiln.fleet.run_command's signature
 DEFAULT_TIMEOUT = 60.0
@@ -61,6 +61,7 @@ class Controller:
         self.runner = runner
         self.timeout = timeout
         self.root = root
+        self.stderr = ""  # the last run's stderr (Slurm's error messages)
 
     @property
     def name(self) -> str:
@@ -79,14 +80,19 @@ class Controller:
             raise OperationFailed(f"Slurm controller {self.name}: {answer.status}: {why}")
         framed = commands.split_steps(answer.stdout, len(steps))
         done = [Step(tuple(a), code, text) for a, (code, text) in zip(steps, framed, strict=True)]
+        self.stderr = answer.stderr.strip()
         for step in done if check else ():
             if step.exit_code != 0:
-                detail = answer.stderr.strip() or step.stdout.strip() or "no output"
-                raise OperationFailed(
-                    f"`{shlex.join(step.argv)}` on {self.name} exited {step.exit_code}: {detail}",
-                    hint="is slurmctld up? `kiln provision INVENTORY --stages slurm` starts it",
-                )
+                raise self.failure(step)
         return done
+
+    def failure(self, step: Step) -> OperationFailed:
+        """The error for a failed step, in Slurm's own words (its stderr, else its output)."""
+        detail = self.stderr or step.stdout.strip() or "no output"
+        return OperationFailed(
+            f"`{shlex.join(step.argv)}` on {self.name} exited {step.exit_code}: {detail}",
+            hint="is slurmctld up? `kiln provision INVENTORY --stages slurm` starts it",
+        )
 
     def nodes(self) -> dict[str, NodeState]:
         """Every node Slurm knows, by name."""
@@ -94,10 +100,17 @@ class Controller:
         return from_sinfo(step.stdout)
 
     def show(self, names: Sequence[str]) -> dict[str, NodeState]:
-        """These nodes as `scontrol show node` shows them, by name (names Slurm does not know
-        are left out); ParseError when the answer cannot be read."""
-        (step,) = self.run([commands.show_nodes(names)])
-        return {node.name: from_scontrol(node) for node in parse_scontrol_nodes(step.stdout)}
+        """These nodes as `scontrol show node` shows them, by name. Names Slurm says it does not
+        know ("Node X not found") are left out; any other failure (slurmctld down, no answer)
+        is an OperationFailed in Slurm's words, never "not in Slurm". ParseError when the
+        answer cannot be read."""
+        (step,) = self.run([commands.show_nodes(names)], check=False)
+        shown, missing = split_not_found(step.stdout)
+        if step.exit_code != 0 and not missing:
+            raise self.failure(step)
+        if not shown.strip():
+            return {}
+        return {node.name: from_scontrol(node) for node in parse_scontrol_nodes(shown)}
 
     def submit(self, script: str, what: str) -> str:
         """sbatch the job script; its job id. `what` names the job in errors."""

@@ -7,10 +7,11 @@ Nodes sharing every value share one line, so the answer stays small on a large c
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from kiln.parsers import ParseError
-from kiln.parsers.drain_reason import is_kiln_reason, reason_operator
+from kiln.parsers.drain_reason import DrainReason, parse_reason, reason_operator
 from kiln.parsers.slurm import SlurmNode, gpu_count, parse_gres, parse_sinfo
 from kiln.render.hostlist import HostlistError, expand
 from kiln.slurmctl.commands import SINFO_FIELDS
@@ -18,6 +19,22 @@ from kiln.slurmctl.commands import SINFO_FIELDS
 _NOT_SET = {"", "none", "unknown", "(null)", "n/a"}
 _SUFFIXES = "*~#!%$@^-"
 _DRAIN = {"drain", "drained", "draining"}
+# scontrol's answer for a name it does not know (on stdout, exit 1); any other failure to
+# read a node (slurmctld down: "slurm_load_node error: Unable to contact slurm controller
+# (connect failure)" on stderr) is an error, never "not in Slurm".
+_NOT_FOUND = re.compile(r"^Node (?P<name>\S+) not found$")
+
+
+def split_not_found(text: str) -> tuple[str, list[str]]:
+    """(`scontrol show node` output without its "Node X not found" lines, the names in them)."""
+    kept, missing = [], []
+    for line in text.splitlines():
+        match = _NOT_FOUND.match(line.strip())
+        if match:
+            missing.append(match["name"])
+        else:
+            kept.append(line)
+    return "\n".join(kept), missing
 
 
 def _value(text: str | None) -> str | None:
@@ -49,8 +66,19 @@ class NodeState:
         return any(part in _DRAIN for part in parts)
 
     @property
+    def drain(self) -> DrainReason | None:
+        """Kind, operation and why of a drain kiln placed; None when not drained or not kiln's."""
+        return parse_reason(self.reason) if self.drained else None
+
+    @property
     def drained_by_kiln(self) -> bool:
-        return self.drained and is_kiln_reason(self.reason)
+        return self.drain is not None
+
+    @property
+    def drain_kind(self) -> str | None:
+        """quarantine, burnin, health, maintenance or operator (kiln.parsers.drain_reason)."""
+        drain = self.drain
+        return drain.kind if drain else None
 
     @property
     def drained_by(self) -> str | None:
@@ -81,6 +109,7 @@ class NodeState:
             "reason_time": self.reason_time,
             "drained_by": self.drained_by if self.drained else None,
             "drained_by_kiln": self.drained_by_kiln,
+            "drain": self.drain.to_dict() if self.drain else None,
             "gres": self.gres,
             "gpus": self.gpus,
         }
