@@ -6,7 +6,6 @@ converged node. slurm_node's quarantine drains a new node on the controller BEFO
 installed or started, fails closed (marker unwritten, slurmd never reached) with Slurm's words
 when the drain is refused, and leaves a known node alone. The controller's `scontrol` is a
 stand-in on PATH that logs its argv and answers with Slurm 22.05's error text when "down".
-The kill itself is tested for real in tests/integration/test_restarts.py.
 """
 
 from __future__ import annotations
