@@ -22,6 +22,8 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = Path(__file__).parent / "playbooks" / "maintenance.yml"
+ROLLING = Path(__file__).parent / "playbooks" / "rolling.yml"  # batches of one, stop at a failure
+SEEN, FAIL = "/var/lib/kiln/rolling-seen", "/var/lib/kiln/rolling-fail"
 BIN = Path(sys.executable).parent
 CTL = config.CONTROLLER
 NODE1, NODE2 = config.node_name(1), config.node_name(2)
@@ -51,7 +53,7 @@ def new_run_id(label: str) -> str:
 
 
 def maintenance(
-    inventory: Path, node: str, timeout: int, run_id: str, *extra: str
+    inventory: Path, node: str, timeout: int, run_id: str, *extra: str, playbook: Path = PLAYBOOK
 ) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
@@ -64,7 +66,7 @@ def maintenance(
             str(BIN / "ansible-playbook"),
             "-i",
             str(inventory),
-            str(PLAYBOOK),
+            str(playbook),
             "-e",
             f"target={node}",
             "-e",
@@ -214,3 +216,97 @@ def test_with_slurmctld_stopped_a_disruptive_change_changes_no_node(provisioned_
         on(CTL, "systemctl", "start", "slurmctld")
         wait_for(lambda: "is UP" in on(CTL, "scontrol", "ping", check=False), seconds=120)
     wait_for(lambda: all(state(node) == before[node] for node in before), seconds=120)
+
+
+# --- rolling changes: batches of one through slurm_maintenance's rolling step -----------------
+
+
+def rolled(run_id: str) -> str:
+    """The reason the rolling test playbook drains with in run `run_id`."""
+    return f"kiln:maintenance:{run_id}: test rolling change"
+
+
+def seen(node: str) -> tuple[dict[str, str], str]:
+    """What Slurm showed while `node` was changed: {node: "state|reason"}, and its jobs."""
+    text = on(node, "cat", SEEN)
+    nodes, _, jobs = text.partition("jobs:")
+    found = {}
+    for line in nodes.splitlines():
+        name, _, rest = line.partition("|")
+        if name:
+            found[name] = rest
+    return found, jobs.strip()
+
+
+def clean_rolling(*nodes: str) -> None:
+    for node in nodes:
+        on(node, "rm", "-f", SEEN, FAIL)
+        if "|kiln:maintenance:itest-" in state(node):
+            on(CTL, "scontrol", "update", f"nodename={node}", "state=resume")
+
+
+def test_a_rolling_change_drains_changes_and_resumes_batch_1_before_batch_2_starts(
+    provisioned_sandbox,
+):
+    fresh(NODE1, NODE2)
+    clean_rolling(NODE1, NODE2)
+    run_id = new_run_id("batches")
+    try:
+        result = maintenance(provisioned_sandbox.inventory, f"{NODE1},{NODE2}", 60, run_id,
+                             playbook=ROLLING)  # fmt: skip
+        assert result.returncode == 0, result.stdout[-3000:]
+        first, _ = seen(NODE1)
+        second, _ = seen(NODE2)
+        # While batch 1 (node01) was changed it was drained with this run's reason and batch 2
+        # was still in service; while batch 2 was changed, batch 1 was already back in service.
+        assert first[NODE1] == f"drained|{rolled(run_id)}"
+        assert first[NODE2].startswith("idle|")
+        assert second[NODE2] == f"drained|{rolled(run_id)}"
+        assert second[NODE1].startswith("idle|")
+        wait_for(lambda: all(state(n).startswith("idle|") for n in (NODE1, NODE2)))
+    finally:
+        clean_rolling(NODE1, NODE2)
+
+
+def test_a_rolling_change_waits_for_a_running_job_then_proceeds(provisioned_sandbox):
+    fresh(NODE1)
+    clean_rolling(NODE1)
+    job = on(CTL, "sbatch", "--parsable", "-w", NODE1, "--wrap", "sleep 20")
+    try:
+        wait_for(lambda: on(CTL, "squeue", "-h", "-j", job, "-o", "%T") == "RUNNING")
+        run_id = new_run_id("waits")
+        result = maintenance(provisioned_sandbox.inventory, NODE1, 180, run_id, playbook=ROLLING)
+        assert result.returncode == 0, result.stdout[-3000:]
+        found, jobs = seen(NODE1)
+        assert found[NODE1] == f"drained|{rolled(run_id)}"  # changed only once empty
+        assert jobs == ""
+        # The job ran to its end (not cancelled): slurmctld keeps its record for MinJobAge.
+        assert "JobState=COMPLETED" in on(CTL, "scontrol", "show", "job", job)
+        wait_for(lambda: state(NODE1).startswith("idle|"))
+    finally:
+        on(CTL, "scancel", job, check=False)
+        clean_rolling(NODE1)
+
+
+def test_a_failed_check_keeps_the_node_drained_and_stops_the_rollout(provisioned_sandbox):
+    fresh(NODE1, NODE2)
+    clean_rolling(NODE1, NODE2)
+    on(NODE1, "touch", FAIL)
+    run_id = new_run_id("stop")
+    try:
+        result = maintenance(provisioned_sandbox.inventory, f"{NODE1},{NODE2}", 60, run_id,
+                             playbook=ROLLING)  # fmt: skip
+        out = result.stdout
+        assert result.returncode != 0, out[-3000:]
+        assert (
+            f"{NODE1}: the check after test rolling change failed, left drained "
+            f"({rolled(run_id)}): test check failed on {NODE1}"
+        ) in out
+        assert state(NODE1) == f"drained|{rolled(run_id)}"
+        # max_fail_percentage 0: the next batch is never drained nor changed.
+        assert state(NODE2).startswith("idle|")
+        assert subprocess.run(["docker", "exec", NODE2, "test", "-e", SEEN],
+                              check=False).returncode != 0  # fmt: skip
+    finally:
+        clean_rolling(NODE1, NODE2)
+    wait_for(lambda: all(state(n).startswith("idle|") for n in (NODE1, NODE2)))

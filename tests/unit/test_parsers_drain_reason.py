@@ -218,9 +218,15 @@ def load(path: Path):
 
 def test_the_roles_drain_with_the_grammar():
     defaults = load(ROLES / "slurm_maintenance" / "defaults" / "main.yml")
-    assert render(defaults["slurm_maintenance_reason"], kiln_run_id=RUN) == (
-        f"kiln:maintenance:{RUN}: maintenance"
-    )
+    change = defaults["slurm_maintenance_change"]
+    assert render(
+        defaults["slurm_maintenance_reason"], kiln_run_id=RUN, slurm_maintenance_change=change
+    ) == (f"kiln:maintenance:{RUN}: maintenance")
+    assert render(
+        defaults["slurm_maintenance_reason"],
+        kiln_run_id=RUN,
+        slurm_maintenance_change="nccl 2.21.5 -> 2.23.4",
+    ) == (f"kiln:maintenance:{RUN}: nccl 2.21.5 -> 2.23.4")
     upgrade = load(ROLES / "nvidia_driver" / "vars" / "main.yml")["__nvidia_driver_upgrade_reason"]
     text = render(
         upgrade,

@@ -1,10 +1,11 @@
 """The slurm_maintenance role's decisions, through real ansible-playbook over local hosts.
 
-The controller's `scontrol` and `squeue` are stand-ins (test doubles) on PATH that keep each
-node's state and reason in a file and answer the way Slurm 22.05 does: `scontrol show node`
-replays the recorded real block of tests/fixtures/real/slurm-sinfo-scontrol (its name, State=
-and Reason= lines set per node), "Node X not found" on stdout with exit 1 for a name Slurm does
-not know, and Slurm's error texts on stderr with exit 1 when the controller cannot be reached.
+The controller's `scontrol` and `squeue` are stand-ins (tests/slurm_doubles.py) on PATH that
+keep each node's state and reason in a file and answer the way Slurm 22.05 does: `scontrol
+show node` replays the recorded real block of tests/fixtures/real/slurm-sinfo-scontrol (its
+name, State= and Reason= lines set per node), "Node X not found" on stdout with exit 1 for a
+name Slurm does not know, and Slurm's error texts on stderr with exit 1 when the controller
+cannot be reached.
 What each node goes through (drain, the disruptive work, resume) is read back from the
 stand-in's call log and from a marker the work writes.
 """
@@ -19,68 +20,16 @@ from pathlib import Path
 
 import pytest
 
+from slurm_doubles import SCONTROL, SCONTROL_SHOW, TIMED_OUT, UNREACHABLE
+
 pytestmark = pytest.mark.local
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = ROOT / "playbooks"
-RECORDED = ROOT / "tests/fixtures/real/slurm-sinfo-scontrol"
-SCONTROL_SHOW = RECORDED / "scontrol_show_node_gpu_gres_drain_huji_slurm1711.txt"
 RUN_ID = "20261130T101500Z-3f9a1c"
 OURS = f"kiln:maintenance:{RUN_ID}: maintenance"
 BURNIN = "kiln:burnin:20261129T080000Z-aa11bb: gemm cpu0 0.0004 TFLOPS < floor 0.001"
 OPERATOR = "kiln:operator:alice: disk swap"
-# Slurm's own words (src/scontrol, src/common/slurm_errno.c)
-UNREACHABLE = "slurm_load_node error: Unable to contact slurm controller (connect failure)"
-TIMED_OUT = "slurm_load_node error: Socket timed out on send/recv operation"
-
-# A stand-in for scontrol (the real one is on the controller): state per node in STATE/<name>.
-SCONTROL = r"""#!PYTHON
-import json, os, pathlib, sys
-
-state = pathlib.Path(os.environ["KILN_FAKE_SLURM"])
-args = sys.argv[1:]
-with open(state / "calls.log", "a") as log:
-    log.write(json.dumps(args) + "\n")
-down = (state / "down").exists()
-if args == ["ping"]:
-    print("Slurmctld(primary) at ctl is " + ("DOWN" if down else "UP"))
-    if down:
-        print("*****************************************")
-        print("** RESTORE SLURMCTLD DAEMON TO SERVICE **")
-        print("*****************************************")
-    sys.exit(1 if down else 0)
-if down:
-    what = "slurm_load_node" if args[0] == "show" else "slurm_update"
-    sys.stderr.write(what + " error: Unable to contact slurm controller (connect failure)\n")
-    sys.exit(1)
-if args[:2] == ["show", "node"]:
-    path = state / args[2]
-    if not path.exists():
-        print("Node %s not found" % args[2])
-        sys.exit(1)
-    node = json.loads(path.read_text())
-    if node.get("error"):
-        sys.stderr.write(node["error"] + "\n")
-        sys.exit(1)
-    block = (state / "template").read_text()
-    block = block.replace("NodeName=cricket ", "NodeName=%s " % args[2])
-    block = block.replace("State=IDLE ", "State=%s " % node["state"])
-    if node.get("reason"):
-        block += "   Reason=%s [root@2026-11-30T10:00:00]\n" % node["reason"]
-    sys.stdout.write(block)
-    sys.exit(0)
-if args[0] == "update":
-    fields = dict(arg.split("=", 1) for arg in args[1:])
-    path = state / fields["nodename"]
-    node = json.loads(path.read_text())
-    if fields["state"] == "drain":
-        node.update(state="IDLE+DRAIN", reason=fields["reason"])
-    elif fields["state"] == "resume":
-        node.update(state="IDLE", reason="")
-    path.write_text(json.dumps(node))
-    sys.exit(0)
-sys.exit(2)
-"""
 
 PLAY = [
     {

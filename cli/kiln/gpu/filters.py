@@ -25,6 +25,8 @@ from kiln.gpu.packages import (
 )
 from kiln.gpu.rails import NEAR_PATHS, rail_check, topology_from_packed
 from kiln.gpu.trust import key_problem
+from kiln.parsers import ParseError
+from kiln.parsers.nccl_tests import parse_text
 from kiln.profiles import burnin_runtime, load_profiles
 
 
@@ -87,6 +89,26 @@ def driver_load_failure(
     )
 
 
+def nccl_check_failures(stdout: str, gpus: int) -> list[str]:
+    """What is wrong with a quick single-node `all_reduce_perf -g GPUS` run after an NCCL
+    change (the nccl role's check): unreadable output, fewer GPUs than declared, wrong or
+    out-of-bounds values; [] when it passed."""
+    try:
+        result = parse_text(stdout or "")
+    except ParseError as error:
+        return [f"all_reduce_perf printed no result: {error.message}"]
+    problems = []
+    if len(result.devices) != int(gpus):
+        problems.append(
+            f"all_reduce_perf used {len(result.devices)} GPU(s), the node declares {gpus}"
+        )
+    if result.wrong_total:
+        problems.append(f"{result.wrong_total} wrong value(s) in the results")
+    if result.out_of_bounds:
+        problems.append(f"{result.out_of_bounds} out-of-bounds value(s)")
+    return problems
+
+
 FILTERS = {
     "kiln_gpu_summary": summary_from_packed,
     "kiln_gpu_check": gpu_check,
@@ -105,6 +127,7 @@ FILTERS = {
     ),
     "kiln_apt_branches": offered_branches,
     "kiln_upstream_version": upstream_version,
+    "kiln_nccl_check_failures": nccl_check_failures,
     "kiln_nccl_package_version": lambda nccl, cuda: nccl_package_version(str(nccl), str(cuda)),
     "kiln_cuda_toolkit_package": lambda cuda: cuda_toolkit_package(str(cuda)),
     "kiln_key_problem": key_problem,
