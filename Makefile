@@ -22,7 +22,7 @@ help:
 	@echo "make test        lint, unit and local tests, then the Docker tier (what CI runs)"
 	@echo "make test-unit   the fast loop: unit tests only (no Ansible runs, torch, sshd or browser)"
 	@echo "make test-local  the local tier: real Ansible runs, torch, sshd and chromium here (no Docker)"
-	@echo "make bench       benchmarks: inventory scale, engine overhead, exec fan-out, judging, controller cost"
+	@echo "make bench       benchmarks: inventory scale, engine overhead, exec fan-out, judging, controller cost, health check"
 	@echo "make bench-remote  remote latency per host-task over SSH, mitogen beside ssh (sandbox)"
 	@echo "make gpu-check   checks that need an NVIDIA GPU (skipped without one)"
 
@@ -92,6 +92,7 @@ bench: deps
 	$(BIN)/python bench/engine_overhead.py --hosts 50 200
 	$(BIN)/python bench/exec_fanout.py --plain-user
 	$(BIN)/python bench/scale_cost.py
+	$(BIN)/python bench/health_check.py --runs 20
 
 # Remote latency of a no-change host-task over SSH, mitogen beside ssh, on the sandbox's nodes.
 bench-remote: deps docker

@@ -1,12 +1,14 @@
 """Ansible filter shim: the roles use kiln's own tested filters (hostlist, expand_hostlist) and
 kiln's drain-reason grammar (kiln.parsers.drain_reason): kiln_drain_reason builds a reason,
 is_kiln_reason / kiln_drain_kind / kiln_drain_parts read one, kiln_node_drain reads a node's
-state and reason from `scontrol show node` output."""
+state and reason from `scontrol show node` output; kiln_health_expectations writes a node's
+health expectations (kiln.health.expect)."""
 
+from kiln.health.expect import FILTERS as HEALTH_FILTERS
 from kiln.parsers.drain_reason import FILTERS as REASON_FILTERS
 from kiln.render import FILTERS
 
 
 class FilterModule:
     def filters(self):
-        return {**FILTERS, **REASON_FILTERS}
+        return {**FILTERS, **REASON_FILTERS, **HEALTH_FILTERS}

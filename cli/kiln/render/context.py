@@ -85,5 +85,8 @@ def cluster_context(cluster: Cluster, fabric_switches: int | None = None) -> dic
             "accounting": cluster.slurm.accounting,
             "cgroup": cluster.slurm.cgroup,
             "slurm_version": cluster.versions.slurm,
+            "health": cluster.health.model_dump(
+                include={"enabled", "interval", "node_state", "prolog"}
+            ),
         }
     }

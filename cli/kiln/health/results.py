@@ -1,0 +1,55 @@
+"""`kiln health`'s reading of what the nodes answered: one result document per node.
+
+command = node_command(report=True, json_=True)   # what runs on each node over SSH
+document = read_document(stdout)                  # kiln.health.node's JSON, or None
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+PROGRAM = "/usr/local/sbin/kiln-health"
+LAST = "/var/lib/kiln/health/last.json"
+
+
+def node_command(*, last: bool = False, json_: bool = False) -> str:
+    """The shell command for one node: the check in report mode (nothing changed in Slurm), or
+    the last result Slurm's own run left; through sudo -n unless the SSH user is root."""
+    if last:
+        inner = f"cat {shlex.quote(LAST)}"
+    else:
+        inner = f"{shlex.quote(PROGRAM)} --report" + (" --json" if json_ else "")
+    return f'if [ "$(id -u)" -eq 0 ]; then {inner}; else sudo -n {inner}; fi'
+
+
+def read_document(stdout: str) -> dict | None:
+    """The node's result document (the last JSON line it printed); None when there is none."""
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            document = json.loads(line if line.startswith("{") else "")
+        except ValueError:
+            continue
+        if isinstance(document, dict) and document.get("kind") == "kiln-health":
+            return document
+    try:  # last.json is indented over several lines
+        document = json.loads(stdout)
+    except ValueError:
+        return None
+    return (
+        document if isinstance(document, dict) and document.get("kind") == "kiln-health" else None
+    )
+
+
+def node_entry(host: str, status: str, exit_code: int | None, stdout: str) -> dict:
+    """One node of `kiln health --json`: its document, or why there is none."""
+    document = read_document(stdout)
+    return {
+        "host": host,
+        "status": status,
+        "exit_code": exit_code,
+        # The document's verdict; without one (text output) the program's exit code: 0 healthy.
+        "ok": bool(document.get("ok")) if document else (status == "ok" and exit_code == 0),
+        "result": document,
+        "failing": [f for f in (document or {}).get("findings", []) if not f.get("ok")],
+    }
