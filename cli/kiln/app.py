@@ -8,7 +8,7 @@ import click
 import typer
 
 from kiln import __version__
-from kiln.console import err
+from kiln.console import err, safe
 from kiln.errors import ExitCode, KilnError
 
 app = typer.Typer(
@@ -70,6 +70,10 @@ def _register() -> None:
 
     app.command("exec")(exec_.exec_)
 
+    from kiln.commands import health
+
+    app.command("health")(health.health)
+
     from kiln.commands import drain, inspect, resume, slurm, status
 
     app.command("drain")(drain.drain)
@@ -121,9 +125,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         result = app(args=argv, standalone_mode=False)
     except KilnError as error:
-        err.print(f"[bold red]error:[/] {error.message}")
+        err.print(f"[bold red]error:[/] {safe(error.message)}")
         if error.hint:
-            err.print(f"  hint: {error.hint}")
+            err.print(f"  hint: {safe(error.hint)}")
         sys.exit(int(error.exit_code))
     except (*ABORT, KeyboardInterrupt):
         err.print("interrupted")

@@ -116,3 +116,95 @@ def test_known_hosts_index_plain_hashed_ports_and_junk(tmp_path):
     assert index.lookup("gpu003") == []  # only marker lines: unknown, so refused
     assert index.lookup("x.example.org") == []
     assert index.lookup("gpu004") == []
+
+
+# --- transient faults are tried again; answers never are ---------------------------------------
+
+
+class _FlakyConnect:
+    """A stand-in connect: raises each of `errors` in turn, then returns "client"."""
+
+    def __init__(self, *errors: BaseException) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+
+    def __call__(self) -> str:
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return "client"
+
+
+def _retry(attempt, slept):
+    from kiln.fleet.connect import with_retries
+
+    return with_retries(attempt, sleep=slept.append)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        TimeoutError("timed out"),
+        ConnectionRefusedError(111, "Connection refused"),
+        ConnectionResetError(104, "Connection reset by peer"),
+        paramiko.ssh_exception.NoValidConnectionsError({("10.0.0.2", 22): OSError(111, "x")}),
+        paramiko.SSHException("Error reading SSH protocol banner"),
+        paramiko.ChannelException(2, "Connect failed"),
+    ],
+)
+def test_a_transient_fault_once_is_retried_after_a_pause(error):
+    slept: list[float] = []
+    connect = _FlakyConnect(error)
+    assert _retry(connect, slept) == "client"
+    assert connect.calls == 2 and slept == [1.0]
+
+
+def test_three_tries_with_backoff_then_the_fault_is_reported():
+    slept: list[float] = []
+    connect = _FlakyConnect(*(TimeoutError("timed out") for _ in range(3)))
+    with pytest.raises(TimeoutError):
+        _retry(connect, slept)
+    assert connect.calls == 3 and slept == [1.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        paramiko.AuthenticationException("Authentication failed."),
+        paramiko.ChannelException(1, "Administratively prohibited"),
+        paramiko.SSHException("Incompatible ssh peer"),
+    ],
+)
+def test_auth_failures_and_answers_are_never_retried(error):
+    slept: list[float] = []
+    connect = _FlakyConnect(error)
+    with pytest.raises(type(error)):
+        _retry(connect, slept)
+    assert connect.calls == 1 and slept == []
+
+
+def test_host_key_problems_and_unknown_names_are_never_retried():
+    import socket
+
+    from kiln.fleet.connect import JumpHostError, UnknownHostKey, transient
+
+    key = paramiko.RSAKey.generate(1024)
+    other = paramiko.RSAKey.generate(1024)
+    assert not transient(paramiko.BadHostKeyException("n1", key, other))
+    assert not transient(UnknownHostKey("unknown host key for n1"))
+    assert not transient(socket.gaierror(-2, "Name or service not known"))
+    assert not transient(JumpHostError("jump host bastion: SSH login refused"))
+
+
+def test_connector_connect_retries_a_timeout_once(monkeypatch):
+    """Connector.connect, with its login patched: one timeout under load, then connected."""
+    from kiln.fleet import connect as connect_module
+
+    slept: list[float] = []
+    monkeypatch.setattr(connect_module.time, "sleep", slept.append)
+    connector = connect_module.Connector()
+    login = _FlakyConnect(TimeoutError("timed out"))
+    monkeypatch.setattr(connector, "_login", lambda *args: login())
+    settings = settings_for("n1", "10.0.0.2", {})
+    assert connector.connect(settings, 5.0) == "client"
+    assert login.calls == 2 and slept == [1.0]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kiln.inventory.context import InventoryContext, read_context
 from kiln.inventory.findings import FindingCollector
-from kiln.inventory.rules import RULES, cluster, fabric, hosts, partitions
+from kiln.inventory.rules import RULES, cluster, connection, fabric, hosts, partitions
 
 FABRIC = Path(__file__).parent.parent / "fixtures" / "fabric"
 
@@ -104,9 +104,49 @@ def test_every_rule_written_is_registered_once():
     registered = [rule for entry in RULES for rule in getattr(entry, "rules", (entry,))]
     written = [
         function
-        for module in (hosts, cluster, partitions, fabric)
+        for module in (hosts, cluster, partitions, fabric, connection)
         for name, function in inspect.getmembers(module, inspect.isfunction)
         if function.__module__ == module.__name__ and not name.startswith("_")
     ]
     assert len(registered) == len(set(registered))
     assert set(registered) == set(written)
+
+
+def test_connection_variables_that_run_commands_on_the_controller_are_warnings(tmp_path):
+    """Allowed (a bastion's ProxyCommand, a local controller) but shown: key, place, hosts."""
+    ctx = context(
+        tmp_path,
+        {
+            "hosts.yml": HOSTS,
+            "group_vars/kiln_compute.yml": (
+                "ansible_ssh_common_args: >-\n  -o ProxyCommand='ssh -W %h:%p bastion'\n"
+            ),
+            "host_vars/ctl01.yml": (
+                "ansible_connection: local\nansible_python_interpreter: /opt/py/bin/python3\n"
+            ),
+        },
+    )
+    assert findings(connection.commands_run_on_the_controller, ctx) == [
+        (
+            "warning",
+            "group_vars/kiln_compute.yml:1",
+            "ansible_ssh_common_args holds a ProxyCommand, a command run on the controller "
+            "(hosts gpu01, gpu02, Gpu_03)",
+            [],
+        ),
+        (
+            "warning",
+            "host_vars/ctl01.yml:1",
+            "ansible_connection is 'local': this host's tasks run on the controller (host ctl01)",
+            [],
+        ),
+        (
+            "warning",
+            "host_vars/ctl01.yml:2",
+            "ansible_python_interpreter '/opt/py/bin/python3' with a local connection is a "
+            "program run on the controller (host ctl01)",
+            [],
+        ),
+    ]
+    plain = context(tmp_path / "plain", {"hosts.yml": HOSTS})
+    assert findings(connection.commands_run_on_the_controller, plain) == []

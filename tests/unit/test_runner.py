@@ -243,7 +243,7 @@ def test_environment_is_allow_listed(tmp_path, inventory, fake_runner, monkeypat
 
     env = fake_runner.started[0].config.env
     assert "AWS_SECRET_ACCESS_KEY" not in env
-    assert "ANSIBLE_VAULT_PASSWORD_FILE" not in env  # the user's ANSIBLE_* do not leak in
+    assert env["ANSIBLE_VAULT_PASSWORD_FILE"] == "/home/me/vault"  # vault settings pass through
     assert env["KILN_SANDBOX"] == "1"
     assert env["SSH_AUTH_SOCK"] == "/tmp/agent.sock"
     assert env["HOME"] == os.environ["HOME"]
@@ -251,7 +251,8 @@ def test_environment_is_allow_listed(tmp_path, inventory, fake_runner, monkeypat
     assert env["ANSIBLE_PIPELINING"] == "True"
     extra = {k for k in env if k not in engine.ansible_settings(request(tmp_path, inventory))}
     extra -= {"ANSIBLE_STDOUT_CALLBACK", "AWX_ISOLATED_DATA_DIR"}
-    assert all(k in engine.ENV_ALLOW or k.startswith("KILN_") for k in extra), extra
+    allowed = (*engine.ENV_ALLOW, *engine.VAULT_ENV)
+    assert all(k in allowed or k.startswith("KILN_") for k in extra), extra
 
 
 # --- events -> results -------------------------------------------------------------------------
@@ -455,7 +456,7 @@ def test_second_lock_is_refused_naming_the_holder(tmp_path, inventory):
             lock.InventoryLock(inventory, state=state).acquire()
         assert refused.value.exit_code == ExitCode.ENVIRONMENT
         assert f"pid {os.getpid()} on {socket.gethostname()}" in refused.value.message
-        assert held.info.lock_id in refused.value.hint
+        assert held.info.lock_id in refused.value.message
     assert lock.read_lock(inventory, state) is None
 
 
@@ -482,21 +483,19 @@ def test_stale_lock_of_a_dead_pid_on_this_host_is_cleared(tmp_path, inventory):
     taken.release()
 
 
-def test_lock_from_another_host_needs_unlock_with_its_id(tmp_path, inventory):
+def test_a_lock_file_without_a_live_holder_never_blocks(tmp_path, inventory):
+    """The lock is the kernel's flock, not the file: what a dead run (of any host) left in the
+    file is history, whatever it says."""
     state = tmp_path / "state"
-    _write_lock(inventory, state, host="other-controller")
-    with pytest.raises(EnvironmentProblem):
-        lock.InventoryLock(inventory, state=state).acquire()
-    with pytest.raises(InvalidInputError):
-        lock.force_unlock(inventory, "wrong", state)
-    assert lock.force_unlock(inventory, "dead0001", state).host == "other-controller"
+    _write_lock(inventory, state, host="other-controller", pid=os.getpid())
     assert lock.read_lock(inventory, state) is None
+    with lock.InventoryLock(inventory, state=state) as taken:
+        assert taken.cleared_stale.host == "other-controller"
 
 
 def test_provision_under_a_held_lock_touches_nothing(tmp_path, inventory, fake_runner):
     state = tmp_path / "state"
-    _write_lock(inventory, state, pid=os.getpid())
-    with pytest.raises(EnvironmentProblem):
+    with lock.InventoryLock(inventory, state=state), pytest.raises(EnvironmentProblem):
         provision_run(
             cluster(inventory, ["n1"]),
             plan_options([Stage("base", str(SMOKE), "")]),
@@ -733,14 +732,6 @@ def test_provision_of_a_bad_inventory_exits_2_before_anything(tmp_path, monkeypa
     assert not (tmp_path / "state").exists()
 
 
-def test_unlock_needs_force_and_the_lock_id(tmp_path, monkeypatch):
-    monkeypatch.setenv("KILN_HOME", str(tmp_path / "state"))
-    _write_lock(EXAMPLE, tmp_path / "state", host="elsewhere")
-    assert run_cli(["unlock", str(EXAMPLE)]) == ExitCode.INVALID_INPUT
-    assert run_cli(["unlock", str(EXAMPLE), "--force", "--lock-id", "dead0001"]) == 0
-    assert lock.read_lock(EXAMPLE, tmp_path / "state") is None
-
-
 def test_plain_progress_lines_when_stderr_is_not_a_tty(tmp_path, inventory, fake_runner, capsys):
     from kiln.commands.provision import LiveDisplay
 
@@ -769,3 +760,151 @@ def test_plain_progress_lines_when_stderr_is_not_a_tty(tmp_path, inventory, fake
         "base: n1 failed: no such package",
         "base: failed (1 failed)",
     ]
+
+
+# --- text from hosts is data; an exception anywhere fails the run ------------------------------
+
+
+def _failing_events(message: str) -> list[dict]:
+    return [
+        ev("playbook_on_play_start", 1),
+        ev("playbook_on_task_start", 2, task="Partition [disks]"),
+        ev("runner_on_failed", 3, host="n1", task="Partition [disks]", res={"msg": message}),
+        ev("runner_on_ok", 4, host="n2", task="Partition [disks]"),
+        stats(ok={"n2": 1}, failures={"n1": 1}),
+    ]
+
+
+def test_host_message_with_markup_is_printed_as_data(tmp_path, inventory, fake_runner, capsys):
+    """The crash of issue 18: `[/dev/sda]` in a host's error was read as a closing tag."""
+    from kiln.commands.provision import LiveDisplay, render_summary
+    from kiln.runner.result import RunResult
+
+    message = "mkfs failed on [/dev/sda]: [bold]busy[/] \x1b[31mred\x1b[0m\x07"
+    fake_runner.script.update(events=_failing_events(message), status="failed", rc=2)
+    with LiveDisplay() as display:
+        summary = provision_run(
+            cluster(inventory, ["n1", "n2"], max_fail=50),
+            plan_options([Stage("base", str(SMOKE), "")]),
+            listener=display,
+            state=tmp_path / "state",
+        )
+    shown = "mkfs failed on [/dev/sda]: [bold]busy[/] red\\x07"
+    assert f"base: n1 failed: {shown}" in capsys.readouterr().err.splitlines()
+    assert summary["failed_hosts"] == ["n1"] and summary["exit_code"] == ExitCode.FAILED
+    result = RunResult(**{k: summary[k] for k in ("run_id", "inventory", "cluster", "record")},
+                       check=False, limit=None, retry_failed=False, batch_size="100%",
+                       max_fail_percentage=50, lock_id=None, cleared_stale_lock=None,
+                       started="t", targets=["n1", "n2"], stages=summary["stages"])  # fmt: skip
+    result.finish("t")
+    render_summary(result)
+    assert f"base: n1 failed at 'Partition [disks]': {shown}" in capsys.readouterr().out
+
+
+class _MarkupListener:
+    """The display as it was before issue 18: host text printed as rich markup."""
+
+    def __init__(self) -> None:
+        from io import StringIO
+
+        from rich.console import Console
+
+        self.console = Console(file=StringIO())
+
+    def stage_started(self, stage, hosts, batches) -> None:
+        pass
+
+    def progress(self, state) -> None:
+        if state.last_message:
+            self.console.print(f"{state.last_host}: {state.last_message}")  # raises MarkupError
+
+    def stage_finished(self, stage, result) -> None:
+        pass
+
+
+def test_an_exception_in_the_event_handler_fails_the_run_and_retry_retries(
+    tmp_path, inventory, fake_runner
+):
+    """The handler keeps the first exception and goes on (the play is never left unwatched);
+    the shard then fails: summary failed, every host of the stage in failed_hosts, later
+    stages skipped, and `--retry-failed` runs those hosts again."""
+    fake_runner.script.update(events=_failing_events("no [/dev/sda]"), status="failed", rc=2)
+    stages = [Stage("base", str(SMOKE), ""), Stage("slurm", str(SMOKE), "")]
+    state = tmp_path / "state"
+    summary = provision_run(
+        cluster(inventory, ["n1", "n2", "n3"], max_fail=50),
+        plan_options(stages),
+        listener=_MarkupListener(),
+        state=state,
+    )
+    assert len(fake_runner.started) == 1  # the replay went on to the recap after the error
+    assert summary["exit_code"] == ExitCode.FAILED
+    assert summary["stopped"]["stage"] == "base"
+    assert "kiln error: KilnCrash" in summary["stopped"]["reason"]
+    assert "MarkupError" in summary["stopped"]["reason"]
+    assert summary["failed_hosts"] == ["n1", "n2", "n3"]
+    assert [(e["name"], e["status"]) for e in summary["stages"]] == [
+        ("base", "error"),
+        ("slurm", "skipped"),
+    ]
+    on_disk = json.loads((Path(summary["record"]) / "summary.json").read_text())
+    assert on_disk["exit_code"] == ExitCode.FAILED
+    assert "MarkupError" in (Path(summary["record"]) / "error.txt").read_text()
+    assert records.retry_hosts(inventory, state) == ["n1", "n2", "n3"]
+
+    fake_runner.script.update(events=[stats(ok={"n1": 1, "n2": 1, "n3": 1})], status="successful")
+    options = plan_options(stages, retry_failed=True)
+    again = provision_run(cluster(inventory, ["n1", "n2", "n3"]), options, state=state)
+    limit = fake_runner.started[1].kwargs["limit"]
+    assert Path(limit[1:]).read_text() == "n1\nn2\nn3\n"
+    assert again["exit_code"] == ExitCode.OK
+
+
+def test_an_exception_outside_ansible_fails_the_run_without_a_traceback(
+    tmp_path, inventory, fake_runner, monkeypatch
+):
+    """A bug or a full disk between stages: the summary says failed and names the stage."""
+    from kiln.runner import execute as execute_module
+
+    calls = []
+
+    def first_ok(request, recorder, hosts):
+        calls.append(hosts)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        recorder(stats(ok=dict.fromkeys(hosts, 1)))
+        return engine.PlaybookResult("successful", 0, recorder.stats,
+                                     recorder.host_results(hosts, stopped=False), 1, False, {},
+                                     request.private_data_dir)  # fmt: skip
+
+    monkeypatch.setattr(execute_module.engine, "run_playbook", first_ok)
+    stages = [Stage(name, str(SMOKE), "") for name in ("preflight", "base", "slurm")]
+    summary = provision_run(
+        cluster(inventory, ["n1", "n2"]), plan_options(stages), state=tmp_path / "state"
+    )
+    assert summary["hosts"]["n1"] == {"preflight": "ok", "base": "failed"}
+    assert summary["stopped"]["stage"] == "base"
+    assert "OSError" in summary["stopped"]["reason"]
+    assert summary["failed_hosts"] == ["n1", "n2"]
+    assert summary["exit_code"] == ExitCode.FAILED
+
+
+def test_an_interrupt_fails_the_run_and_keeps_its_exit_code(
+    tmp_path, inventory, fake_runner, monkeypatch
+):
+    from kiln.runner import execute as execute_module
+
+    def interrupted(request, recorder, hosts):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(execute_module.engine, "run_playbook", interrupted)
+    state = tmp_path / "state"
+    with pytest.raises(KeyboardInterrupt):
+        provision_run(
+            cluster(inventory, ["n1"]), plan_options([Stage("base", str(SMOKE), "")]), state=state
+        )
+    record = records.last_run(inventory, state)
+    summary = json.loads(record.summary_path.read_text())
+    assert summary["stopped"] == {"stage": "base", "reason": "interrupted"}
+    assert summary["exit_code"] == ExitCode.INTERRUPTED
+    assert summary["failed_hosts"] == ["n1"]

@@ -70,8 +70,9 @@ def limit_hosts(kwargs: dict) -> list[str]:
     return Path(kwargs["limit"][1:]).read_text().split()
 
 
-def inventory_hosts(kwargs: dict) -> list[str]:
-    return list(json.loads(Path(kwargs["inventory"]).read_text())["all"]["hosts"])
+def record_inventory_hosts(record: Path, shard: str) -> list[str]:
+    """The hosts of a shard's inventory, from the (redacted) copy its run record keeps."""
+    return list(json.loads((record / "shards" / shard / "hosts.json").read_text())["all"]["hosts"])
 
 
 # --- planning ----------------------------------------------------------------------------------
@@ -191,12 +192,14 @@ def test_each_shard_gets_its_own_inventory_and_limit(tmp_path, runner):
     assert limit_hosts(started[0]) == ["ctl"]  # first, and alone
     assert sorted(limit_hosts(k)[0] for k in started[1:]) == ["a1", "b1", "c1"]
     by_shard = {k["extravars"]["kiln_shard"]: k for k in started}
-    assert inventory_hosts(by_shard["controllers"]) == ["ctl"]
-    assert inventory_hosts(by_shard["rack-rb"]) == ["ctl", "b1", "b2"]  # own hosts + controllers
-    assert limit_hosts(by_shard["rack-rb"]) == ["b1", "b2"]
     record = Path(summary["record"])
+    assert record_inventory_hosts(record, "controllers") == ["ctl"]
+    assert record_inventory_hosts(record, "rack-rb") == ["ctl", "b1", "b2"]  # own + controllers
+    assert limit_hosts(by_shard["rack-rb"]) == ["b1", "b2"]
     assert by_shard["rack-rb"]["private_data_dir"] == str(record / "base" / "rack-rb")
-    assert by_shard["rack-rb"]["inventory"] == str(record / "shards" / "rack-rb" / "hosts.json")
+    # Ansible read a private copy outside the record (it holds the secrets), gone after the run
+    used = Path(by_shard["rack-rb"]["inventory"])
+    assert record not in used.parents and not used.exists()
     assert by_shard["rack-rb"]["extravars"]["slurm_common_rendered_dir"] == str(record / "files")
 
     stage = summary["stages"][0]

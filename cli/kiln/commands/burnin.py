@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -19,12 +20,14 @@ import typer
 from kiln.burnin import BurninOptions, BurninOutcome, run_burnin, select_target
 from kiln.burnin.campaign import Progress
 from kiln.burnin.jobs import Paths
-from kiln.console import err, out, print_json
+from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
+from kiln.console import err, out, print_json, safe
 from kiln.errors import ExitCode, OperationFailed
 from kiln.inventory import Cluster, require_valid
 from kiln.judging import BurninReport
 from kiln.plan.stages import BURNIN
 from kiln.report import render, render_table
+from kiln.state.backend import push_verdicts
 
 
 class Suite(StrEnum):
@@ -89,6 +92,16 @@ def burn_in(
     return outcome
 
 
+def node_results(outcome: BurninOutcome) -> dict[str, str]:
+    """Each node's burn-in result, as the cluster's shared state keeps it."""
+    failed = {verdict.node for verdict in outcome.report.failures if verdict.node}
+    untested = outcome.not_tested.keys() | outcome.skipped.keys()
+    return {
+        node: "not_tested" if node in untested else "fail" if node in failed else "pass"
+        for node in outcome.nodes
+    }
+
+
 def _verdict(report: BurninReport) -> str:
     """'passed', '2 failed', or 'incomplete: 1 node(s) not tested' (exit 1 either way)."""
     if report.passed:
@@ -142,6 +155,8 @@ def burnin(
         float,
         typer.Option("--wait-timeout", min=0.1, help="Minutes --wait waits at most (default 60)."),
     ] = 60.0,
+    vault_id: VaultIds = None,
+    vault_password_file: VaultPasswordFile = None,
 ) -> int:
     """Run burn-in through Slurm on the compute nodes, judge it, drain what fails.
 
@@ -159,11 +174,11 @@ def burnin(
     Exit 0 every check passed, 1 failures or nodes not tested, 2 invalid input, 3 environment,
     130 interrupted.
     """
-    cluster = require_valid(inventory)
+    cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     start = time.monotonic()
 
     def progress(message: str) -> None:
-        err.print(f"[dim]{time.monotonic() - start:6.1f}s[/] {message}")
+        err.print(f"[dim]{time.monotonic() - start:6.1f}s[/] {safe(message)}")
 
     options = BurninOptions(
         suite=suite.value if suite else None,
@@ -176,11 +191,16 @@ def burnin(
     outcome = burn_in(cluster, options, install=not skip_runtime, progress=progress)
     report = outcome.report
     for node, reason in outcome.drained.items():
-        err.print(f"[bold red]drained[/] {node}: {reason}")
+        err.print(f"[bold red]drained[/] {safe(node)}: {safe(reason)}")
     for node in outcome.resumed:
-        err.print(f"[green]resumed[/] {node}")
+        err.print(f"[green]resumed[/] {safe(node)}")
     for node, why in outcome.not_tested.items():
-        err.print(f"[yellow]{node}[/]: {why}")  # "not tested (busy): job 4711 (alice) ..."
+        err.print(
+            f"[yellow]{safe(node)}[/]: {safe(why)}"
+        )  # "not tested (busy): job 4711 (alice) ..."
+    # The cluster's state on the controller keeps the last verdict per node, for any runner.
+    at = datetime.now(UTC).isoformat(timespec="seconds")
+    err.print(f"[dim]{safe(push_verdicts(cluster, node_results(outcome), outcome.run_id, at))}[/]")
     if output is not None:
         output.mkdir(parents=True, exist_ok=True)
         for name in ("report.json", "report.xml", "report.html"):

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from kiln.console import err, out, print_json
+from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
+from kiln.console import err, out, print_json, safe
 from kiln.errors import ExitCode
 from kiln.fleet import select_nodes
 from kiln.inventory import require_valid
@@ -33,16 +34,17 @@ def render(result: OpResult, inventory: Path, json_: bool) -> int:
         for change in result.nodes:
             style = ACTION_STYLE.get(change.action, "green" if change.ok else "bold red")
             table.add_row(
-                change.name,
-                change.before.state if change.before else "-",
-                change.after.state if change.after else "-",
+                safe(change.name),
+                safe(change.before.state if change.before else "-"),
+                safe(change.after.state if change.after else "-"),
                 f"[{style}]{change.action}[/]",
-                change.message,
+                safe(change.message),
             )
         out.print(table)
     counts = ", ".join(f"{n} {action}" for action, n in sorted(result.counts().items()))
     err.print(
-        f"{result.operation}: {counts}" + (f"; reason {result.reason!r}" if result.reason else "")
+        f"{result.operation}: {counts}"
+        + safe(f"; reason {result.reason!r}" if result.reason else "")
     )
     return int(ExitCode.OK if result.ok else ExitCode.FAILED)
 
@@ -61,6 +63,8 @@ def drain(
         ),
     ],  # fmt: skip
     json_: Annotated[bool, typer.Option("--json", help="Per-node results as JSON.")] = False,
+    vault_id: VaultIds = None,
+    vault_password_file: VaultPasswordFile = None,
 ) -> int:
     """Drain nodes in Slurm with an operator reason; running jobs finish first (state draining).
 
@@ -71,7 +75,7 @@ def drain(
     or the update failed; 2 on invalid input (bad reason, selector matching nothing): nothing
     was touched.
     """
-    cluster = require_valid(inventory)
+    cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     selected = select_nodes(cluster, nodes)
     result = drain_nodes(cluster, selected, reason)
     return render(result, inventory, json_)

@@ -10,7 +10,8 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kiln.console import err, print_json
+from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
+from kiln.console import clean, err, print_json, safe
 from kiln.errors import ExitCode, InvalidInputError
 from kiln.fleet import NodeResult, fold_results, render_text, run_command, select_nodes, summary
 from kiln.inventory import require_valid
@@ -73,6 +74,8 @@ def exec_(
         ),
     ] = 60.0,
     json_: Annotated[bool, typer.Option("--json", help="Per-node results as JSON.")] = False,
+    vault_id: VaultIds = None,
+    vault_password_file: VaultPasswordFile = None,
 ) -> int:
     """Run one command on many nodes over SSH and print the answers folded by hostlist.
 
@@ -81,7 +84,7 @@ def exec_(
     Exit 0 when every node exits 0; 1 when any fails, times out or is unreachable; 2 on an invalid
     inventory or a selector that matches nothing.
     """
-    cluster = require_valid(inventory)
+    cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     text = command[0] if len(command) == 1 else shlex.join(command)
     if not text.strip():
         raise InvalidInputError("the command is empty", hint="kiln exec INVENTORY -- COMMAND")
@@ -107,7 +110,7 @@ def exec_(
             "nodes": [node.to_dict() for node in result.results],
         })  # fmt: skip
     else:
-        sys.stdout.write(render_text(folds, problems))
+        sys.stdout.write(clean(render_text(folds, problems)))  # remote output is data
         sys.stdout.flush()
-    err.print(summary(result))
+    err.print(safe(summary(result)))
     return int(ExitCode.OK if result.ok else ExitCode.FAILED)

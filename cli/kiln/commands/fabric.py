@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from kiln.console import err, print_json
+from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
+from kiln.console import clean, err, print_json, safe
 from kiln.errors import ExitCode, InvalidInputError
 from kiln.fabric.topology import read_source, topology_from_text
 from kiln.inventory import require_valid
@@ -46,6 +47,8 @@ def topology(
         typer.Option("--strict", help="Exit 1 when the fabric and the inventory disagree."),
     ] = False,
     json_: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    vault_id: VaultIds = None,
+    vault_password_file: VaultPasswordFile = None,
 ) -> int:
     """Write Slurm topology.conf (leaf and upper switches, any depth) from ibnetdiscover output
     and show where the fabric disagrees with the racks and leaf switches the inventory declares.
@@ -54,7 +57,7 @@ def topology(
     unreadable input (a file or stdin with no usable ibnetdiscover output). Diagnostics mixed
     into the output (stderr captured with it) are skipped, each named by its line.
     """
-    cluster = require_valid(inventory)
+    cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     if from_ is None:
         target = ibnetdiscover_node(cluster, node)
         err.print(f"running ibnetdiscover on {target.name} ...")
@@ -79,24 +82,24 @@ def topology(
     if json_:
         print_json("fabric topology", result.to_dict())
     elif output is None:
-        sys.stdout.write(result.conf)
+        sys.stdout.write(clean(result.conf))
     leaves = len(result.topology.leaves())
     hosts = len(result.topology.hosts)
     err.print(f"{result.topology.levels} levels, {leaves} leaves, {hosts} inventory hosts placed")
     for line in result.skipped:
-        err.print(f"[yellow]skipped:[/] {source} {line.describe()}")
+        err.print(f"[yellow]skipped:[/] {safe(source)} {safe(line.describe())}")
     for switch in (s for s in result.topology.switches if not s.guid):
         held = ", ".join(switch.nodes or switch.switches)
-        err.print(f"[yellow]kiln added {switch.name}[/] ({held}): {switch.note}")
+        err.print(f"[yellow]kiln added {safe(switch.name)}[/] ({safe(held)}): {safe(switch.note)}")
     for line in result.degraded_links:
-        err.print(f"[yellow]degraded link:[/] {line}")
+        err.print(f"[yellow]degraded link:[/] {safe(line)}")
     if result.unnamed_cas:
         err.print(
             f"[yellow]{len(result.unnamed_cas)} CA(s) show no host name[/] (node description "
-            "unset; rdma-ndd sets it): " + ", ".join(result.unnamed_cas[:8])
+            "unset; rdma-ndd sets it): " + safe(", ".join(result.unnamed_cas[:8]))
         )
     for item in result.disagreements:
-        err.print(f"[yellow]disagrees:[/] {item.message}")
+        err.print(f"[yellow]disagrees:[/] {safe(item.message)}")
     if not result.disagreements:
         err.print("the fabric agrees with the inventory")
     return int(ExitCode.FAILED if strict and result.disagreements else ExitCode.OK)

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from kiln.console import out, print_json
+from kiln.console import out, print_json, safe
 from kiln.errors import EnvironmentProblem
 from kiln.records.runs import last_run_with
 
@@ -72,7 +72,7 @@ def facts(
     ):
         table.add_column(column)
     for host, item in sorted(saved.items()):
-        table.add_row(
+        cells = (
             host,
             str(item.get("os", "")),
             str(item.get("kernel", "")),
@@ -83,5 +83,6 @@ def facts(
             ", ".join(item.get("ib_hcas") or []) or "-",
             _bmc(item),
         )
+        table.add_row(*map(safe, cells))  # facts are what the nodes said: data, never markup
     out.print(table)
     return 0

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
 from kiln.console import err, out, print_json
 from kiln.errors import ExitCode, InvalidInputError
 from kiln.inventory import require_valid
@@ -34,6 +35,12 @@ def render(plan: Plan, output: Path | None, changed_files: list[str]) -> None:
             stage.name, str(len(stage.hosts)), str(len(stage.batches)), first, stage.summary
         )
     out.print(table)
+    rolls = [(stage.name, roll) for stage in plan.stages if (roll := plan.rolling(stage))]
+    if rolls:
+        out.print("Disruptive changes, rolled batch by batch (docs/operations.md):")
+    for name, roll in rolls:
+        changes = ", ".join(change.describe() for change in roll.changes)
+        out.print(f"  {name}: {changes}; {roll.describe()}", highlight=False)
     files = Table("generated file", "lines", "sha256")
     for generated in plan.files:
         status = ""
@@ -72,6 +79,8 @@ def plan(
             help="Exit 4 when a generated file differs from the one in --output.",
         ),
     ] = False,
+    vault_id: VaultIds = None,
+    vault_password_file: VaultPasswordFile = None,
 ) -> int:
     """Show what `kiln provision` would do, offline: stages, hosts, batches and files.
 
@@ -87,7 +96,7 @@ def plan(
             "--detailed-exitcode compares against --output DIR",
             hint="add --output DIR (the files you keep under version control)",
         )
-    cluster = require_valid(inventory)
+    cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     result = make_plan(cluster, PlanOptions(batch_size=batch_size))
     changed = write_files(result.files, output) if output is not None else []
     if json:

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from kiln.console import err, out, print_json
+from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
+from kiln.console import err, out, print_json, safe
 from kiln.errors import ExitCode
 from kiln.fleet import select_nodes
 from kiln.inventory import require_valid
@@ -32,7 +33,7 @@ def render_table(result: PowerShow) -> None:
             table.add_row(node.name, "-", "[dim]CPU-only node: no GPUs[/]", *[""] * 5)
             continue
         if node.status != "ok":
-            table.add_row(node.name, "-", f"[bold red]{node.status}[/]: {node.error or ''}",
+            table.add_row(node.name, "-", f"[bold red]{node.status}[/]: {safe(node.error or '')}",
                           *[""] * 5)  # fmt: skip
             continue
         for gpu in node.gpus:
@@ -57,13 +58,15 @@ def show(
         float, typer.Option("--timeout", "-t", min=0.1, help="Seconds per node.")
     ] = 30.0,
     json_: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    vault_id: VaultIds = None,
+    vault_password_file: VaultPasswordFile = None,
 ) -> int:
     """Power limits, clocks and temperatures of every GPU, read with nvidia-smi over SSH.
 
     CPU-only nodes are listed as such and not contacted. Exit 0 when every GPU node answered;
     1 when one could not be reached or its answer not read; 2 on an invalid inventory.
     """
-    cluster = require_valid(inventory)
+    cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     selected = select_nodes(cluster, nodes)
     result = power_show(selected, timeout=timeout)
     if json_:

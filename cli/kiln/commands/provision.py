@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -10,7 +11,8 @@ import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kiln.console import err, out, print_json
+from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
+from kiln.console import err, out, print_json, safe
 from kiln.errors import ExitCode, InvalidInputError
 from kiln.plan.stages import Stage
 from kiln.runner.events import StageProgress
@@ -74,13 +76,14 @@ class LiveDisplay:
             f"changed {c['changed']}  failed {c['failed']}  unreachable {c['unreachable']}"
         )
         if self.rich:
-            self.bar.update(self.task_id, description=f"{text}  [dim]{state.task or ''}[/]")
+            self.bar.update(self.task_id, description=f"{text}  [dim]{safe(state.task or '')}[/]")
             return
         if state.task != self.last_task:
             self.last_task = state.task
-            err.print(f"{state.stage}: task {state.task}")
+            err.print(f"{state.stage}: task {safe(state.task)}")
         if state.last_message:
-            err.print(f"{state.stage}: {state.last_host} {state.last_status}: {state.last_message}")
+            where = f"{state.stage}: {safe(state.last_host)} {state.last_status}"
+            err.print(f"{where}: {safe(state.last_message)}")
             state.last_message = None
 
     def stage_finished(self, stage: Stage, result: dict[str, Any]) -> None:
@@ -120,21 +123,21 @@ def render_summary(result: RunResult) -> None:
         for name in stages:
             status = statuses.get(name, "-")
             cells.append(f"[{STATUS_STYLE.get(status, '')}]{status}[/]" if status != "-" else "-")
-        table.add_row(host, *cells)
+        table.add_row(safe(host), *cells)
     out.print(table)
     for entry in result.stages:
         for host, outcome in entry["hosts"].items():
             if outcome["status"] in ("failed", "unreachable"):
                 out.print(
-                    f"{entry['name']}: {host} {outcome['status']} at "
-                    f"'{outcome['failed_task']}': {outcome['message']}"
+                    f"{entry['name']}: {safe(host)} {outcome['status']} at "
+                    f"'{safe(outcome['failed_task'])}': {safe(outcome['message'])}"
                 )
     for entry in result.stages:
         if len(entry.get("shards", ())) > 1:
             parts = [f"{s['name']} {s['status']}" for s in entry["shards"]]
             out.print(f"{entry['name']} shards: {', '.join(parts)}")
     if result.stopped:
-        out.print(f"stopped in {result.stopped['stage']}: {result.stopped['reason']}")
+        out.print(f"stopped in {result.stopped['stage']}: {safe(result.stopped['reason'])}")
         if result.stopped.get("shards_not_started"):
             names = ", ".join(result.stopped["shards_not_started"])
             out.print(f"shards not started: {names}")
@@ -168,18 +171,22 @@ def provision(
     ] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     json_: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    vault_id: VaultIds = None,
+    vault_password_file: VaultPasswordFile = None,
 ) -> int:
     """Provision the inventory's hosts, stage by stage (exit 0 all good, 1 a host failed)."""
     from kiln.inventory import require_valid
     from kiln.inventory.batches import normalize_batch_size
     from kiln.plan import PlanOptions, make_plan
     from kiln.plan.stages import select_stages
+    from kiln.records.runs import ensure_writable, new_run_id, state_dir
     from kiln.runner.execute import execute
+    from kiln.state import SharedState
 
-    cluster = require_valid(inventory)
+    cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     selected = select_stages(stages)
     options = PlanOptions(
-        stages=tuple(selected),
+        stages=tuple(selected) if stages else None,  # None: the inventory's stages
         limit=limit,
         check=check,
         retry_failed=retry_failed,
@@ -187,9 +194,20 @@ def provision(
         new_nodes=new_nodes,
     )
     plan = make_plan(cluster, options)
-    _confirm(cluster, selected, yes, check)
-    with LiveDisplay() as display:
-        result = execute(plan, listener=display)
+    _confirm(cluster, [planned.stage for planned in plan.stages], yes, check)
+    ensure_writable(state_dir())  # exit 3 naming it, before any lock is taken
+    run_id = new_run_id()
+    with SharedState(cluster, run_id=run_id) as shared:  # exit 3 naming the holder if locked
+        shown = len(shared.notes)
+        for note in shared.notes:
+            err.print(safe(note))
+        if new_nodes:  # the joined nodes, read under the lock
+            plan = make_plan(cluster, replace(options, joined=shared.joined()))
+        with LiveDisplay() as display:
+            result = execute(plan, listener=display, lock=shared, run_id=run_id)
+        shared.push_run(result.to_dict())
+        for note in shared.notes[shown:]:
+            err.print(safe(note))
     if json_:
         print_json("provision", result.to_dict())
     else:

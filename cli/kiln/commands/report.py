@@ -10,8 +10,9 @@ from typing import Annotated
 import typer
 
 from kiln.burnin import judge_run
+from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
 from kiln.console import err, out
-from kiln.errors import ExitCode, InvalidInputError
+from kiln.errors import EnvironmentProblem, ExitCode, InvalidInputError
 from kiln.inventory import require_valid
 from kiln.records.burnin import load_report, save_report
 from kiln.report import render, render_table
@@ -39,6 +40,8 @@ def report(
         ),
     ] = None,
     json: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
+    vault_id: VaultIds = None,
+    vault_password_file: VaultPasswordFile = None,
 ) -> int:
     """Render a burn-in run: failing items first; JUnit for pipelines; HTML with plots.
 
@@ -49,12 +52,15 @@ def report(
     if inventory is not None:
         if not run.is_dir():
             raise InvalidInputError(f"--inventory needs a run directory, not {run}")
-        burnin = judge_run(run, require_valid(inventory))
+        burnin = judge_run(run, require_valid(inventory, use_vault(vault_id, vault_password_file)))
         err.print(f"judged {run}; stored {save_report(run, burnin)}")
     else:
         burnin = load_report(run)
     if output is not None:
-        output.write_text(render(burnin, fmt.value), encoding="utf-8")
+        try:
+            output.write_text(render(burnin, fmt.value), encoding="utf-8")
+        except OSError as error:
+            raise EnvironmentProblem(f"cannot write {output}: {error.strerror or error}") from None
         err.print(f"wrote {output} ({fmt.value})")
     elif fmt is Format.table:
         out.print(render_table(burnin))

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
 from kiln.commands.drain import NODES_HELP, render
 from kiln.fleet import select_nodes
 from kiln.inventory import require_valid
@@ -25,6 +26,8 @@ def resume(
         ),
     ] = False,
     json_: Annotated[bool, typer.Option("--json", help="Per-node results as JSON.")] = False,
+    vault_id: VaultIds = None,
+    vault_password_file: VaultPasswordFile = None,
 ) -> int:
     """Resume nodes drained with `kiln drain` (reason `kiln:operator:USER: ...`, or the older
     `kiln: TEXT (by USER)`); nodes not drained are left as is.
@@ -36,7 +39,7 @@ def resume(
     Exit 0 when every selected node is available or resumed; 1 when one was refused, is
     unknown to Slurm or did not resume; 2 on invalid input.
     """
-    cluster = require_valid(inventory)
+    cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     selected = select_nodes(cluster, nodes)
     result = resume_nodes(cluster, selected, force=force)
     return render(result, inventory, json_)

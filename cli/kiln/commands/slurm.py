@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
+from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
 from kiln.commands.provision import LiveDisplay, _confirm, render_summary
-from kiln.console import err, print_json
+from kiln.console import err, print_json, safe
 from kiln.inventory import require_valid
 from kiln.plan.stages import select_stages
 
@@ -22,6 +23,8 @@ def rotate_munge_key(
     inventory: Annotated[Path, typer.Argument(help="The inventory directory.")],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     json_: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    vault_id: VaultIds = None,
+    vault_password_file: VaultPasswordFile = None,
 ) -> int:
     """Make a new munge key on the controller, install it on every node and restart munge.
 
@@ -33,7 +36,7 @@ def rotate_munge_key(
     from kiln.plan import PlanOptions, make_plan
     from kiln.runner.execute import execute
 
-    cluster = require_valid(inventory)
+    cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     stages = tuple(select_stages("slurm"))
     _confirm(cluster, list(stages), yes, check=False)
     # The munge role makes the key, copies it everywhere, restarts munge, then proves that a
@@ -51,6 +54,7 @@ def rotate_munge_key(
                   "credential decodes on every node")  # fmt: skip
     else:
         bad = result.failed_hosts + result.unreachable_hosts
-        err.print(f"[bold red]munge key rotation incomplete[/]: {', '.join(bad) or 'stopped'}; "
+        which = safe(", ".join(bad) or "stopped")
+        err.print(f"[bold red]munge key rotation incomplete[/]: {which}; "
                   "re-run `kiln slurm rotate-munge-key` once they are fixed")  # fmt: skip
     return result.exit_code

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from kiln.console import err, out, print_json
+from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
+from kiln.console import err, out, print_json, safe
 from kiln.inventory import require_valid
 from kiln.slurmctl import ClusterStatus, cluster_status
 
@@ -18,7 +19,7 @@ STATE_STYLE = {"idle": "green", "mixed": "cyan", "allocated": "cyan", "drained":
 
 def _state(text: str) -> str:
     base = text.split("+")[0].rstrip("*~#!%$@^-")
-    return f"[{STATE_STYLE.get(base, 'bold red' if text.endswith('*') else '')}]{text}[/]"
+    return f"[{STATE_STYLE.get(base, 'bold red' if text.endswith('*') else '')}]{safe(text)}[/]"
 
 
 def render_table(status: ClusterStatus) -> None:
@@ -38,14 +39,17 @@ def render_table(status: ClusterStatus) -> None:
             reason = slurm.reason
         declared = "-" if row.declared_gpus is None else row.declared_gpus
         gpus = f"{slurm.gpus if slurm else '-'}/{declared}"
-        flag = f"[bold red]{row.flag}[/]" if row.flag else ""
-        table.add_row(row.name, _state(row.state), gpus, reason, row.burnin.text(), flag)
+        flag = f"[bold red]{safe(row.flag)}[/]" if row.flag else ""
+        cells = (safe(row.name), _state(row.state), gpus, safe(reason), safe(row.burnin.text()))
+        table.add_row(*cells, flag)
     out.print(table)
 
 
 def status(
     inventory: Annotated[Path, typer.Argument(help="The inventory directory.")],
     json_: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
+    vault_id: VaultIds = None,
+    vault_password_file: VaultPasswordFile = None,
 ) -> int:
     """Nodes by Slurm state, drain reasons (who, when, why), GPUs per node from Gres and the last
     burn-in verdict; nodes known to only one of the inventory and Slurm are flagged.
@@ -53,7 +57,7 @@ def status(
     Exit 0 when Slurm answered (whatever the nodes' states); 1 when the controller could not be
     asked; 2 on an invalid inventory.
     """
-    cluster = require_valid(inventory)
+    cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     result = cluster_status(cluster)
     if json_:
         print_json("status", {"inventory": str(inventory.resolve()), **result.to_dict()})

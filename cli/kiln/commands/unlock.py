@@ -1,4 +1,9 @@
-"""`kiln unlock`: clear the provision lock of an inventory left behind by a dead run."""
+"""`kiln unlock`: show who holds an inventory's provision locks (local and on the controller).
+
+Both locks are kernel locks held by the run itself (flock on a local file; flock held by a shell
+on the controller whose stdin is the run's SSH channel), so neither outlives its run: there is
+never a stale lock to clear. `--force` says so instead of breaking a live run's lock.
+"""
 
 from __future__ import annotations
 
@@ -7,27 +12,45 @@ from typing import Annotated
 
 import typer
 
-from kiln.console import err
-from kiln.errors import InvalidInputError
-from kiln.records.lock import force_unlock, read_lock
+from kiln.console import err, safe
+from kiln.errors import EnvironmentProblem
 
 
 def unlock(
     inventory: Annotated[Path, typer.Argument(help="The inventory directory.")],
-    force: Annotated[bool, typer.Option("--force", help="Really clear the lock.")] = False,
-    lock_id: Annotated[str | None, typer.Option(help="The id of the lock to clear.")] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Clear a lock whose holder is gone (see below).")
+    ] = False,
+    lock_id: Annotated[
+        str | None, typer.Option(help="Accepted for old scripts; a lock has no id to clear.")
+    ] = None,
 ) -> int:
-    """Clear a stale provision lock (needs --force and the lock id that `provision` printed)."""
-    holder = read_lock(inventory)
-    if holder is None:
-        err.print(f"{inventory.resolve()} is not locked")
-        return 0
-    if not force or not lock_id:
-        raise InvalidInputError(
-            f"{inventory.resolve()} is locked by {holder.describe()}",
-            hint=f"if that run is gone: kiln unlock {inventory} --force --lock-id {holder.lock_id}",
+    """Show the holder of the provision locks (exit 0 free, 3 held). A lock is freed by the
+    kernel when its run's process exits or its SSH session to the controller closes, so
+    --force never has a stale lock to clear and never breaks a live one."""
+    from kiln.inventory import require_valid
+    from kiln.state import lock_status
+
+    cluster = require_valid(inventory)
+    status = lock_status(cluster)
+    where = status.where if status.reachable else f"controller lock not checked: {status.where}"
+    err.print(safe(where))
+    holders = [("local", status.local), ("controller", status.controller)]
+    held = [(kind, info) for kind, info in holders if info is not None]
+    if not held:
+        err.print(
+            f"{safe(str(cluster.inventory_dir))} is not locked"
+            + (": nothing to clear (a lock cannot outlive its run)" if force else "")
         )
-    cleared = force_unlock(inventory, lock_id)
-    if cleared is not None:
-        err.print(f"cleared the lock held by {cleared.describe()}")
-    return 0
+        return 0
+    lines = "; ".join(f"{kind} lock held by {info.describe()}" for kind, info in held)
+    raise EnvironmentProblem(
+        lines,
+        hint=(
+            "--force cannot clear it: the holder is alive (a dead run's lock is freed with it). "
+            if force
+            else ""
+        )
+        + "Stop that run (its pid on its host) or wait for it; a run whose connection to the "
+        "controller was lost frees the controller's lock within 5 minutes.",
+    )

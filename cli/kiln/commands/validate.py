@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from kiln.console import err, out, print_json
+from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
+from kiln.console import err, out, print_json, safe
 from kiln.errors import ExitCode
 from kiln.inventory import LoadResult, format_finding, load_cluster
 
@@ -18,7 +18,7 @@ def render(result: LoadResult) -> None:
         colour = "red" if finding.level == "error" else "yellow"
         text = format_finding(finding, result.path)
         where, _, rest = text.partition(": ")
-        err.print(f"[bold]{escape(where)}[/]: [{colour}]{escape(rest)}[/]")
+        err.print(f"[bold]{safe(where)}[/]: [{colour}]{safe(rest)}[/]")
     if result.ok:
         cluster = result.cluster
         out.print(
@@ -35,12 +35,14 @@ def render(result: LoadResult) -> None:
 def validate(
     inventory: Annotated[Path, typer.Argument(help="Ansible inventory directory (or file).")],
     json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON.")] = False,
+    vault_id: VaultIds = None,
+    vault_password_file: VaultPasswordFile = None,
 ) -> int:
     """Check an inventory: report every problem at once, each with file:line and a fix.
 
     Exit 0 when it is clean (warnings allowed), 2 on any error.
     """
-    result = load_cluster(inventory)
+    result = load_cluster(inventory, use_vault(vault_id, vault_password_file))
     if json:
         cluster = result.cluster
         print_json(

@@ -3,14 +3,23 @@
 One Connector per run caches what every connection shares: parsed known_hosts files, loaded
 private keys, and one connection per jump host chain (its direct-tcpip channels carry every node
 behind it, so 1,000 nodes behind a bastion cost one login there, not 1,000).
+
+A connection that times out, is refused or reset, or gets no SSH banner (a node busy under
+load, sshd restarting) is tried again, 3 tries in all with a backoff (1 s, then 2 s), before
+the node is called unreachable. A refused login, an unknown or changed host key and an unknown
+host name are answers, not accidents: never retried.
 """
 
 from __future__ import annotations
 
 import getpass
 import logging
+import socket
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import paramiko
 
@@ -20,6 +29,42 @@ from kiln.fleet.ssh import SshSettings, parse_jump
 # paramiko logs every refused connection at ERROR; without a handler Python's last-resort handler
 # would print those on stderr. Results carry the reasons instead.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+
+CONNECT_TRIES = 3
+BACKOFF_S = (1.0, 2.0)  # the pause before the 2nd and the 3rd try
+T = TypeVar("T")
+
+
+def transient(error: BaseException) -> bool:
+    """A fault worth another try: a timeout, a refused or reset connection, no SSH banner."""
+    if isinstance(error, (paramiko.AuthenticationException, paramiko.BadHostKeyException)):
+        return False
+    if isinstance(error, (UnknownHostKey, JumpHostError, socket.gaierror)):
+        return False
+    if isinstance(error, OSError):  # TimeoutError, refused, reset, unreachable, paramiko's
+        return True  # NoValidConnectionsError
+    if isinstance(error, paramiko.ChannelException):  # through a jump host: 2 = connect failed
+        return error.code == 2
+    return isinstance(error, paramiko.SSHException) and "banner" in str(error).lower()
+
+
+def with_retries(
+    attempt: Callable[[], T],
+    *,
+    tries: int = CONNECT_TRIES,
+    backoff: tuple[float, ...] = BACKOFF_S,
+    sleep: Callable[[float], None] | None = None,
+) -> T:
+    """`attempt()`, tried again after a transient fault (see transient), up to `tries` times."""
+    for number in range(1, tries + 1):
+        try:
+            return attempt()
+        except Exception as error:
+            if number == tries or not transient(error):
+                raise
+            (sleep or time.sleep)(backoff[min(number - 1, len(backoff) - 1)] if backoff else 0)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 class JumpHostError(Exception):
@@ -82,7 +127,11 @@ class Connector:
             return self._keys[path]
 
     def connect(self, settings: SshSettings, timeout: float) -> paramiko.SSHClient:
-        """A connected, authenticated client; paramiko's exceptions pass through."""
+        """A connected, authenticated client, transient faults tried again (with_retries);
+        paramiko's exceptions pass through."""
+        return with_retries(lambda: self._connect(settings, timeout))
+
+    def _connect(self, settings: SshSettings, timeout: float) -> paramiko.SSHClient:
         sock = None
         if settings.proxy_jump:
             jump = self._jump(settings, timeout)
@@ -127,22 +176,32 @@ class Connector:
             transport = cached.get_transport() if cached is not None else None
             if transport is not None and transport.is_active():
                 return cached
-            client = None
             try:
-                for spec in settings.proxy_jump.split(","):
-                    host, port, user = parse_jump(spec.strip(), getpass.getuser())
-                    sock = None
-                    if client is not None:
-                        sock = client.get_transport().open_channel(
-                            "direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=timeout
-                        )
-                    client = self._login(settings, host, port, user, sock, timeout)
+                client = with_retries(lambda: self._chain(settings, timeout))
             except Exception as error:
                 failure = JumpHostError(f"jump host {settings.proxy_jump}: {describe(error)}")
                 self._jumps[cache_key] = failure
                 raise failure from error
             self._jumps[cache_key] = client
             return client
+
+    def _chain(self, settings: SshSettings, timeout: float) -> paramiko.SSHClient:
+        """Log in to each jump host in turn, each through the one before it."""
+        client = None
+        try:
+            for spec in settings.proxy_jump.split(","):
+                host, port, user = parse_jump(spec.strip(), getpass.getuser())
+                sock = None
+                if client is not None:
+                    sock = client.get_transport().open_channel(
+                        "direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=timeout
+                    )
+                client = self._login(settings, host, port, user, sock, timeout)
+        except BaseException:
+            if client is not None:
+                client.close()
+            raise
+        return client
 
     def close(self) -> None:
         with self._lock:

@@ -20,6 +20,7 @@ from kiln.inventory.context import read_context
 from kiln.inventory.findings import Finding, FindingCollector, Level, Origin
 from kiln.inventory.model import Cluster, Node, Partition
 from kiln.inventory.rules import check_inventory
+from kiln.inventory.vault import VaultConfig, active
 
 __all__ = [
     "Cluster",
@@ -29,6 +30,7 @@ __all__ = [
     "Node",
     "Origin",
     "Partition",
+    "VaultConfig",
     "load_cluster",
     "require_valid",
 ]
@@ -53,8 +55,10 @@ class LoadResult:
         return self.cluster is not None and not self.errors
 
 
-def load_cluster(path: Path | str) -> LoadResult:
+def load_cluster(path: Path | str, vault: VaultConfig | None = None) -> LoadResult:
+    """Every finding, and the Cluster when there are none; `vault` decrypts vaulted content."""
     path = Path(path).expanduser().absolute()
+    vault = vault if vault is not None else active()
     collector = FindingCollector()
     cluster = None
     # Loading allocates millions of small, long-lived objects and no cycles; the cyclic
@@ -62,7 +66,7 @@ def load_cluster(path: Path | str) -> LoadResult:
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        context = read_context(path, collector)
+        context = read_context(path, collector, vault)
         if context is not None:
             check_inventory(context, collector)
             if not collector.has_errors:
@@ -85,9 +89,9 @@ def format_finding(finding: Finding, root: Path | None = None) -> str:
     return text
 
 
-def require_valid(path: Path | str) -> Cluster:
+def require_valid(path: Path | str, vault: VaultConfig | None = None) -> Cluster:
     """The validated Cluster, or InvalidInputError listing every error (nothing touched)."""
-    result = load_cluster(path)
+    result = load_cluster(path, vault)
     if result.ok:
         return result.cluster  # type: ignore[return-value]
     lines = [format_finding(f, result.path) for f in result.errors]

@@ -8,9 +8,18 @@ Defaults come from the schema (kiln.inventory.schema) and the host's hardware pr
 from __future__ import annotations
 
 from kiln.inventory.context import COMPUTE, CONTROLLERS, InventoryContext
+from kiln.inventory.health_spec import HealthSpec
 from kiln.inventory.model import Cluster, Node, Partition
+from kiln.inventory.monitoring_spec import MonitoringSpec
 from kiln.inventory.resolve import ResolvedHost
-from kiln.inventory.schema import BurninSpec, IbSpec, PowerSpec, RolloutSpec, SlurmSpec
+from kiln.inventory.schema import (
+    BurninSpec,
+    IbSpec,
+    PowerSpec,
+    RolloutSpec,
+    SlurmSpec,
+    StateSpec,
+)
 
 
 def build_cluster(ctx: InventoryContext) -> Cluster:
@@ -26,6 +35,9 @@ def build_cluster(ctx: InventoryContext) -> Cluster:
         rollout=ctx.cluster_value("kiln_rollout", RolloutSpec())[0],
         slurm=ctx.cluster_value("kiln_slurm", SlurmSpec())[0],
         ib=ctx.cluster_value("kiln_ib", IbSpec())[0],
+        state=ctx.cluster_value("kiln_state", StateSpec())[0],
+        health=ctx.cluster_value("kiln_health", HealthSpec())[0],
+        monitoring=ctx.cluster_value("kiln_monitoring", MonitoringSpec())[0],
         fabric=capture.fabric if capture else None,
     )
 

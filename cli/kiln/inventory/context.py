@@ -21,14 +21,17 @@ from kiln.inventory.resolve import ResolvedHost, resolve_hosts
 from kiln.inventory.schema import PartitionSpec, SlurmSpec, VersionsSpec
 from kiln.inventory.sources import read_inventory
 from kiln.inventory.values import TypedValues, read_values
+from kiln.inventory.vault import VaultConfig
 from kiln.profiles import HardwareProfile, Versions, load_compat, load_profiles
 
 CONTROLLERS, COMPUTE = "kiln_controllers", "kiln_compute"
 
 
-def read_context(path: Path, out: FindingCollector) -> InventoryContext | None:
+def read_context(
+    path: Path, out: FindingCollector, vault: VaultConfig | None = None
+) -> InventoryContext | None:
     """The inventory at `path` ready to judge; None when it cannot be read at all."""
-    raw = read_inventory(path, out)
+    raw = read_inventory(path, out, vault)
     if raw is None:
         return None
     hosts = resolve_hosts(raw, out)

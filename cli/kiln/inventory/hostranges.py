@@ -8,12 +8,51 @@ import string
 _RANGE = re.compile(r"^(.*?)\[([^\[\]:]*):([^\[\]:]*)(?::([^\[\]:]*))?\](.*)$")
 
 
+# More names than any cluster has: a pattern past it is a typo (`gpu[0:9999999]`), refused
+# before a single name is made.
+MAX_NAMES = 1_000_000
+
+
 class HostRangeError(ValueError):
     pass
 
 
+def count_host_range(pattern: str) -> int:
+    """How many names `pattern` expands to, without making them (0 when it is malformed; the
+    expansion then says why)."""
+    match = _RANGE.match(pattern)
+    if match is None:
+        return 1
+    _head, begin, end, step, tail = match.groups()
+    begin = begin or "0"
+    try:
+        stride = int(step) if step else 1
+    except ValueError:
+        return 0
+    if stride <= 0:
+        return 0
+    if begin.isdigit() and end.isdigit():
+        first, last = int(begin), int(end)
+    elif len(begin) == 1 and len(end) == 1 and begin.isalpha() and end.isalpha():
+        first, last = string.ascii_letters.find(begin), string.ascii_letters.find(end)
+    else:
+        return 0
+    items = max(0, (last - first) // stride + 1) if last >= first else 0
+    return items * count_host_range(tail)
+
+
 def expand_host_range(pattern: str) -> list[str]:
-    """Expand every `[begin:end(:step)]` in a host pattern as Ansible does."""
+    """Expand every `[begin:end(:step)]` in a host pattern as Ansible does; a pattern of more
+    than MAX_NAMES names is refused before any is made."""
+    total = count_host_range(pattern)
+    if total > MAX_NAMES:
+        raise HostRangeError(
+            f"host range '{pattern}' expands to {total:,} names, more than {MAX_NAMES:,}"
+        )
+    return _expand(pattern)
+
+
+def _expand(pattern: str) -> list[str]:
     match = _RANGE.match(pattern)
     if match is None:
         return [pattern]
@@ -55,5 +94,5 @@ def expand_host_range(pattern: str) -> list[str]:
         raise HostRangeError(
             f"host range '{pattern}' must be numeric ([01:10]) or single letters ([a:f])"
         )
-    tails = expand_host_range(tail)
+    tails = _expand(tail)
     return [f"{head}{item}{rest}" for item in items for rest in tails]

@@ -7,7 +7,16 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf
 
-from kiln.inventory.schema import BurninSpec, IbSpec, PowerSpec, RolloutSpec, SlurmSpec
+from kiln.inventory.health_spec import HealthSpec
+from kiln.inventory.monitoring_spec import MonitoringSpec
+from kiln.inventory.schema import (
+    BurninSpec,
+    IbSpec,
+    PowerSpec,
+    RolloutSpec,
+    SlurmSpec,
+    StateSpec,
+)
 from kiln.parsers.ibnetdiscover import IbFabric
 from kiln.profiles import HardwareProfile, Versions, get_profile
 
@@ -68,6 +77,9 @@ class Cluster(BaseModel):
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     slurm: SlurmSpec = Field(default_factory=SlurmSpec)
     ib: IbSpec = Field(default_factory=IbSpec)
+    state: StateSpec = Field(default_factory=StateSpec)
+    health: HealthSpec = Field(default_factory=HealthSpec)
+    monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
     # The stored capture of kiln_slurm.topology: fabric, parsed once while validating;
     # topology.conf is rendered from it (kiln.fabric.topology.topology_from_capture).
     fabric: InstanceOf[IbFabric] | None = Field(default=None, repr=False, exclude=True)

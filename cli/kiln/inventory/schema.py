@@ -6,7 +6,6 @@ defaults, and the key reference in README.md (tests check they agree).
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -14,6 +13,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kiln.inventory.batches import BATCH_SIZE
+from kiln.inventory.health_spec import HealthSpec
+from kiln.inventory.ib_spec import IbSpec
+from kiln.inventory.monitoring_spec import MONITORING_KEY, MonitoringSpec
 
 # Values that reach a shell command or a config file line: no spaces, quotes or
 # metacharacters (; | & $ ` ( ) < > \ * ? and newlines).
@@ -138,6 +140,19 @@ class RolloutSpec(StrictModel):
         return value
 
 
+class StateSpec(StrictModel):
+    backend: Literal["auto", "controller", "local"] = Field(
+        "auto",
+        description="where the provision lock and the cluster's state live: the controller, "
+        "the local state dir, or auto (the controller when reachable and writable, else local)",
+    )
+    path: str = Field(
+        "/var/lib/kiln/state",
+        pattern=r"^/[A-Za-z0-9._/-]+$",
+        description="the state directory on the controller (an absolute path)",
+    )
+
+
 class SlurmSpec(StrictModel):
     accounting: bool = Field(False, description="slurmdbd with MariaDB for job accounting")
     cgroup: bool = Field(
@@ -174,43 +189,6 @@ class SlurmSpec(StrictModel):
         return self
 
 
-class IpoibRailSpec(StrictModel):
-    network: str = Field(description="the rail's IPoIB network, e.g. 10.100.0.0/16")
-    mtu: int | None = Field(None, gt=0, description="MTU; unset keeps the driver's")
-
-    @field_validator("network")
-    @classmethod
-    def _network(cls, value: str) -> str:
-        try:
-            ipaddress.ip_network(value, strict=True)
-        except ValueError as error:
-            raise ValueError(f"must be a network such as 10.100.0.0/16 ({error})") from None
-        return value
-
-
-class IbSpec(StrictModel):
-    subnet_manager: Literal["opensm", "external"] = Field(
-        "external", description="opensm on opensm_hosts, or a managed SM (UFM, switch)"
-    )
-    opensm_hosts: list[str] = Field(
-        default_factory=list, description="hosts running opensm; the first is the master"
-    )
-    link_rate_gbps: int | None = Field(
-        400, gt=0, description="rate every declared HCA port must run at; null: not checked"
-    )
-    ipoib: list[IpoibRailSpec] = Field(
-        default_factory=list, description="one IPoIB network per rail, in rail order"
-    )
-
-    @model_validator(mode="after")
-    def _sm_hosts(self) -> IbSpec:
-        if self.subnet_manager == "opensm" and not self.opensm_hosts:
-            raise ValueError("subnet_manager opensm needs opensm_hosts (at least one host)")
-        if self.subnet_manager == "external" and self.opensm_hosts:
-            raise ValueError("opensm_hosts is set but subnet_manager is external")
-        return self
-
-
 @dataclass(frozen=True, slots=True)
 class KeySpec:
     name: str
@@ -218,7 +196,7 @@ class KeySpec:
     kind: str  # "str", "int", "bool", "list[str]", "secret", or a model name
     description: str
     default: str  # as documented
-    model: type[StrictModel] | None = None
+    model: type[BaseModel] | None = None
     reaches_command: bool = False
 
 
@@ -350,6 +328,23 @@ KEYS: dict[str, KeySpec] = {
             "external subnet manager, NDR 400 links, no IPoIB",
             model=IbSpec,
         ),
+        KeySpec(
+            "kiln_state",
+            "cluster",
+            "StateSpec",
+            "where the provision lock and the cluster's state live (docs/gitops.md)",
+            "auto: on the controller when reachable, else local",
+            model=StateSpec,
+        ),
+        KeySpec(
+            "kiln_health",
+            "cluster",
+            "HealthSpec",
+            "the node health check Slurm runs (docs/health.md)",
+            "off; interval 300 s, no auto-resume",
+            model=HealthSpec,
+        ),
+        KeySpec(*MONITORING_KEY, model=MonitoringSpec),
         KeySpec(
             "kiln_munge_key",
             "cluster",

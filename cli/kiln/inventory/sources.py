@@ -22,6 +22,8 @@ from kiln.inventory.raw import (
     set_var,
     update_priority,
 )
+from kiln.inventory.secrets import open_file, unlock_values
+from kiln.inventory.vault import VaultConfig, is_encrypted_text
 from kiln.inventory.yamlfile import LocatedDict, YamlError, load_yaml
 
 YAML_EXTENSIONS = (".yml", ".yaml", ".json")
@@ -43,8 +45,15 @@ IGNORED_EXTENSIONS = (
 VARS_DIRS = ("group_vars", "host_vars")
 
 
-def read_inventory(path: Path, collector: FindingCollector) -> RawInventory | None:
-    """Read an inventory directory (or a single inventory file beside its *_vars dirs)."""
+def read_inventory(
+    path: Path, collector: FindingCollector, vault: VaultConfig | None = None
+) -> RawInventory | None:
+    """Read an inventory directory (or a single inventory file beside its *_vars dirs).
+
+    With a vault, whole files encrypted with ansible-vault are read and every `!vault` value is
+    decrypted (kiln.inventory.secrets); without one, an encrypted file is an error naming it
+    and `!vault` values stay opaque.
+    """
     path = path.expanduser().absolute()
     if not path.exists():
         collector.error(
@@ -73,13 +82,15 @@ def read_inventory(path: Path, collector: FindingCollector) -> RawInventory | No
     raw.add_child("all", "ungrouped", Origin(root))
     for source in sources:
         text = _read_text(source, collector)
+        encrypted = text is not None and is_encrypted_text(text)
+        text = open_file(source, text, vault, collector)
         if text is None:
             continue
         if source.suffix in YAML_EXTENSIONS or (not source.suffix and _is_yaml_inventory(text)):
-            _read_yaml_inventory(source, text, raw, collector)
+            _read_yaml_inventory(source, text, raw, collector, vault, encrypted)
         else:
             read_ini_inventory(source, text, raw, collector)
-    _read_vars_dirs(raw, collector)
+    _read_vars_dirs(raw, collector, vault)
     return raw
 
 
@@ -119,7 +130,13 @@ def _read_text(path: Path, collector: FindingCollector) -> str | None:
     return None
 
 
-def _load_yaml_file(path: Path, text: str, collector: FindingCollector) -> object:
+def _load_yaml_file(
+    path: Path,
+    text: str,
+    collector: FindingCollector,
+    vault: VaultConfig | None = None,
+    encrypted: bool = False,
+) -> object:
     try:
         data = load_yaml(text)
     except YamlError as error:
@@ -130,6 +147,7 @@ def _load_yaml_file(path: Path, text: str, collector: FindingCollector) -> objec
         )
         return None
     _report_duplicate_keys(data, path, collector)
+    unlock_values(data, path, vault, collector, whole_file=encrypted)
     return data
 
 
@@ -152,8 +170,8 @@ def _report_duplicate_keys(data: object, path: Path, collector: FindingCollector
 # -- YAML inventories --------------------------------------------------------------------
 
 
-def _read_yaml_inventory(path: Path, text: str, raw: RawInventory, collector: FindingCollector):
-    data = _load_yaml_file(path, text, collector)
+def _read_yaml_inventory(path, text, raw, collector, vault=None, encrypted=False) -> None:
+    data = _load_yaml_file(path, text, collector, vault, encrypted)
     if data is None:
         return
     if not isinstance(data, dict):
@@ -251,7 +269,7 @@ def _dir_vars_files(directory: Path) -> list[Path]:
     return found
 
 
-def _read_vars_dirs(raw: RawInventory, collector: FindingCollector) -> None:
+def _read_vars_dirs(raw: RawInventory, collector: FindingCollector, vault=None) -> None:
     for dirname, known, target in (
         ("group_vars", raw.groups, lambda n: raw.groups[n].plugin_vars),
         ("host_vars", raw.hosts, lambda n: raw.hosts[n].plugin_vars),
@@ -261,12 +279,14 @@ def _read_vars_dirs(raw: RawInventory, collector: FindingCollector) -> None:
             continue
         for name in known:
             for path in _vars_files(directory, name):
-                _load_vars_file(path, target(name), collector)
+                _load_vars_file(path, target(name), collector, vault)
         _report_orphans(directory, known, dirname, collector)
 
 
-def _load_vars_file(path: Path, target: dict[str, Located], collector) -> None:
+def _load_vars_file(path: Path, target: dict[str, Located], collector, vault=None) -> None:
     text = _read_text(path, collector)
+    encrypted = text is not None and is_encrypted_text(text)
+    text = open_file(path, text, vault, collector)
     if text is None:
         return
     if path.suffix == ".json":
@@ -275,8 +295,9 @@ def _load_vars_file(path: Path, target: dict[str, Located], collector) -> None:
         except json.JSONDecodeError as error:
             collector.error(f"malformed JSON: {error.msg}", origin=Origin(path, error.lineno))
             return
+        unlock_values(data, path, vault, collector, whole_file=encrypted)
     else:
-        data = _load_yaml_file(path, text, collector)
+        data = _load_yaml_file(path, text, collector, vault, encrypted)
     if data is None:
         return
     if not isinstance(data, dict):

@@ -8,6 +8,8 @@ that did read.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Iterator
 
 from pydantic import BaseModel, ValidationError
@@ -115,6 +117,16 @@ class _Reader:
                     + key
                     + " (and rotate it: it has been exposed in the repository)",
                 )
+            elif key == "kiln_munge_key" and value.plaintext is not None:
+                problem = munge_key_problem(value.plaintext)
+                if problem:
+                    self.out.error(
+                        f"kiln_munge_key (decrypted) {problem}",
+                        origin=origin,
+                        key=key,
+                        hint="make one: head -c 1024 /dev/urandom | base64 -w0, then "
+                        "ansible-vault encrypt_string --name kiln_munge_key",
+                    )
             return
         if not key.startswith("kiln_"):
             return
@@ -227,3 +239,18 @@ class _Reader:
             key=key or dotted.split(".")[0],
             hint=hint,
         )
+
+
+MUNGE_KEY_BYTES = (32, 1024)
+
+
+def munge_key_problem(text: str) -> str | None:
+    """Why `text` is not a munge key (base64 of 32 to 1024 bytes); None when it is one."""
+    try:
+        key = base64.b64decode("".join(text.split()), validate=True)
+    except (binascii.Error, ValueError):
+        return "is not base64"
+    low, high = MUNGE_KEY_BYTES
+    if not low <= len(key) <= high:
+        return f"decodes to {len(key)} bytes; a munge key is {low} to {high} bytes"
+    return None

@@ -7,7 +7,7 @@ boolean here as it is in Ansible. `!vault` values stay opaque; `!unsafe` values 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import yaml
 
@@ -28,12 +28,18 @@ class LocatedDict(dict):
 
 @dataclass(frozen=True, slots=True)
 class VaultValue:
-    """An ansible-vault encrypted value; kiln never decrypts it during validation."""
+    """An ansible-vault encrypted value. Opaque unless kiln was given a vault password: then the
+    loader (kiln.inventory.sources) fills `plaintext`, for validation only; the export still
+    hands Ansible the ciphertext."""
 
-    ciphertext: str
+    ciphertext: str = field(repr=False)
+    plaintext: str | None = field(default=None, repr=False, compare=False)
 
     def __str__(self) -> str:  # never print the ciphertext either
         return "<vault-encrypted>"
+
+    def __repr__(self) -> str:
+        return "VaultValue(<vault-encrypted>)"
 
 
 class _LineLoader(_BaseLoader):  # type: ignore[misc, valid-type]

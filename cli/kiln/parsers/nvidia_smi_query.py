@@ -67,7 +67,13 @@ def parse_query_gpu_csv(text: str, fields: Sequence[str] | None = None) -> list[
     given to --query-gpu, in order).
     """
     reader = csv.reader(io.StringIO(text), skipinitialspace=True)
-    rows = [(n, r) for n, r in enumerate(reader, start=1) if any(c.strip() for c in r)]
+    try:
+        rows = [(n, r) for n, r in enumerate(reader, start=1) if any(c.strip() for c in r)]
+    except csv.Error as error:  # a stray CR, a field past the csv module's limit
+        line_no = reader.line_num or None
+        lines = text.splitlines()
+        line = lines[line_no - 1] if line_no and line_no <= len(lines) else None
+        raise ParseError(TOOL_CSV, f"not CSV: {error}", line_no=line_no, line=line) from None
     if fields is None:
         if not rows:
             raise ParseError(TOOL_CSV, "no header line")

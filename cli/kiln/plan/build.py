@@ -14,7 +14,7 @@ from kiln.errors import InvalidInputError
 from kiln.inventory import Cluster
 from kiln.inventory.batches import normalize_batch_size, split_batches
 from kiln.plan.files import render_etc_hosts, render_files
-from kiln.plan.hostpattern import select_hosts
+from kiln.plan.hostpattern import check_patterns, select_hosts
 from kiln.plan.model import RUN_INVENTORY, NewNodes, Plan, PlanOptions, Rollout, StagePlan
 from kiln.plan.shards import always_included, plan_shards, worker_hosts
 from kiln.plan.stages import REFRESH, Stage, available_stages, stage_hosts
@@ -28,7 +28,7 @@ def make_plan(
     state = state or state_dir()
     rollout = _rollout(cluster, options)
     targets = _targets(cluster, options, state)
-    stages = list(options.stages) if options.stages is not None else available_stages()
+    stages = _switched_on(cluster, options.stages)
     runs, new_nodes = _stage_hosts(cluster, options, stages, targets, state)
     shard_by = options.shard_by or cluster.rollout.shard_by
     shard_size = options.shard_size or cluster.rollout.shard_size
@@ -73,10 +73,30 @@ def _rollout(cluster: Cluster, options: PlanOptions) -> Rollout:
     )
 
 
+def _switched_on(cluster: Cluster, chosen: tuple[Stage, ...] | None) -> list[Stage]:
+    """The stages to run: `chosen`, or every available stage whose switch is on. A stage the
+    operator named while the inventory has it off is an error, not a silent skip."""
+    if chosen is None:
+        return [s for s in available_stages() if not s.switch or _on(cluster, s.switch)]
+    off = [s.name for s in chosen if s.switch and not _on(cluster, s.switch)]
+    if off:
+        raise InvalidInputError(
+            f"stage(s) off in this inventory: {', '.join(off)}",
+            hint=f"turn it on: kiln_{off[0]}: {{enabled: true}} (group_vars/all.yml)",
+        )
+    return list(chosen)
+
+
+def _on(cluster: Cluster, switch: str) -> bool:
+    return bool(getattr(cluster, switch).enabled)
+
+
 def _targets(cluster: Cluster, options: PlanOptions, state: Path) -> list[str]:
     """The hosts kiln provisions (controllers and compute nodes; a bare kiln_workers host is
     not) that --limit and --retry-failed select."""
     managed = [node for node in cluster.nodes if node.is_controller or node.is_compute]
+    if options.limit:
+        check_patterns(options.limit, cluster.nodes, cluster.groups)
     targets = select_hosts(managed, options.limit)
     if options.limit and not targets:
         raise InvalidInputError(f"--limit {options.limit!r} selects no host of the inventory")
@@ -93,7 +113,11 @@ def _stage_hosts(
     the controllers and the provisioned nodes, then every stage on the new nodes only."""
     if not options.new_nodes:
         return [(stage, stage_hosts(stage, cluster.groups, targets)) for stage in stages], None
-    done = provisioned_hosts(cluster.inventory_dir, state)
+    done = (
+        set(options.joined)
+        if options.joined is not None
+        else provisioned_hosts(cluster.inventory_dir, state)
+    )
     new = [host for host in targets if host not in done]
     existing = [host for host in targets if host in done]
     refresh = [h for h in targets if cluster.node(h).is_controller or h in existing]

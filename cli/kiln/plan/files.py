@@ -1,7 +1,9 @@
 """The cluster-wide files a plan carries, rendered once from the model.
 
 slurm.conf, gres.conf, cgroup.conf and topology.conf (what `kiln plan --output` writes and the
-slurm roles install), and /etc/hosts for every node: never built by contacting every host.
+slurm roles install), the Prometheus targets file when kiln_monitoring is on (the monitoring
+role installs it on the controllers), and /etc/hosts for every node: never built by contacting
+every host.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from kiln.fabric.topology import topology_from_capture
 from kiln.inventory import Cluster
 from kiln.render import render_template
 from kiln.render.context import cluster_context
+from kiln.render.file_sd import TARGETS_FILE, render_file_sd
 
 GENERATED_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf")
 
@@ -39,6 +42,8 @@ def render_files(cluster: Cluster) -> tuple[GeneratedFile, ...]:
             files.append(GeneratedFile(name, fabric.conf))
         else:
             files.append(GeneratedFile(name, render_template(f"{name}.j2", context)))
+    if cluster.monitoring.enabled:  # the monitoring stage's Prometheus targets (file_sd)
+        files.append(GeneratedFile(TARGETS_FILE, render_file_sd(cluster)))
     return tuple(files)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from kiln.inventory import Cluster, Node
 from kiln.inventory.export import render_inventory
 from kiln.plan.files import GeneratedFile
+from kiln.plan.rolling import Rolling, stage_rolling
 from kiln.plan.shards import Shard
 from kiln.plan.stages import Stage
 from kiln.render.hostlist import compress
@@ -37,6 +38,9 @@ class PlanOptions:
     shard_size: int | None = None
     max_parallel_shards: int | None = None
     extravars: Mapping[str, Any] = field(default_factory=dict)
+    # --new-nodes: the nodes that have joined, from the cluster's shared state (kiln.state);
+    # None: this state dir's run records say.
+    joined: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +110,10 @@ class Plan:
         """The Ansible inventory (hosts.json) of export `name`, rendered from the model."""
         return render_inventory(self.cluster, list(self.exports[name]))
 
+    def rolling(self, stage: StagePlan) -> Rolling | None:
+        """How the stage's disruptive changes (kiln.plan.rolling) would roll; None: it has none."""
+        return stage_rolling(stage, self.cluster, self.rollout)
+
     def to_dict(self, changed_files: list[str] | None = None) -> dict:
         """`kiln plan --json`; `changed_files` are those that differ from --output's."""
         return {
@@ -119,6 +127,7 @@ class Plan:
                     "host_count": len(s.hosts),
                     "hosts": compress(list(s.hosts)),
                     "batches": [compress(list(b)) for b in s.batches],
+                    "rolling": rolling.to_dict() if (rolling := self.rolling(s)) else None,
                 }
                 for s in self.stages
             ],

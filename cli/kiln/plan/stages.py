@@ -20,6 +20,9 @@ class Stage:
     summary: str
     # The inventory groups the stage's plays target; hosts outside them are not run on.
     groups: tuple[str, ...] = ("kiln_controllers", "kiln_compute")
+    # An optional stage: the Cluster attribute whose `enabled` turns it on (kiln_<switch> in the
+    # inventory); off, `kiln plan` and `kiln provision` leave it out. None: always on.
+    switch: str | None = None
 
     def path(self, playbooks_dir: Path = PLAYBOOKS_DIR) -> Path:
         return (playbooks_dir / self.playbook).resolve()
@@ -38,6 +41,12 @@ STAGES: tuple[Stage, ...] = (
     Stage("nccl", "nccl.yml", "NCCL and nccl-tests", ("kiln_compute",)),
     Stage("slurm", "slurm.yml", "munge, slurmdbd when accounting is on, slurmctld, slurmd, GRES"),
     Stage("power", "power.yml", "persistence mode, power limits, clocks", ("kiln_compute",)),
+    Stage(
+        "monitoring",
+        "monitoring.yml",
+        "node exporter, DCGM exporter on GPU nodes, Prometheus targets on the controllers",
+        switch="monitoring",
+    ),
 )
 
 

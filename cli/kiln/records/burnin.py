@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kiln.errors import InvalidInputError
+from kiln.judging import compact
 from kiln.judging.ib import PORT, IbPair, IbRun
 from kiln.judging.model import BurninReport
 from kiln.judging.results import (
@@ -96,8 +97,10 @@ def write_manifest(
     """Create the run directory and its manifest (what the campaign submits; `not_tested`:
     the nodes it could not test, node -> why, e.g. busy with jobs outside the reservation)."""
     layout = RunLayout(Path(run_dir))
+    layout.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    layout.root.chmod(0o700)  # a run record is private: 0700 directories, 0600 files
     for sub in ("gemm", "allreduce", "nccl"):
-        (layout.root / sub).mkdir(parents=True, exist_ok=True)
+        (layout.root / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
     doc = {
         "kiln": "burnin-run",
         "schema_version": MANIFEST_SCHEMA_VERSION,
@@ -125,29 +128,92 @@ def _read_json(path: Path) -> object:
         raise ResultError(f"not JSON: {exc.msg} at line {exc.lineno}") from None
 
 
+def _read_manifest(path: Path) -> dict:
+    """The run's manifest; a malformed one is an error naming the file, never a traceback."""
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InvalidInputError(f"{path} is not a readable burn-in manifest ({exc})") from None
+    lists = ("nodes", "allreduce_jobs", "nccl_jobs")
+    if not isinstance(manifest, dict) or any(
+        not isinstance(manifest.get(key) or [], list) for key in lists
+    ):
+        raise InvalidInputError(
+            f"{path} is not a burn-in manifest (an object with lists {', '.join(lists)})"
+        )
+    return manifest
+
+
+def _json_stems(directory: Path, since: int | None = None) -> set[str] | None:
+    """The names of a result directory's *.json files (not hidden ones, as glob), unsorted;
+    None, without listing 100,000 names, when no entry was added or removed there since
+    `since` (the compact file's mtime in ns: every file was stored before its last lines)."""
+    try:
+        if since is not None and directory.stat().st_mtime_ns < since:
+            return None
+        names = os.listdir(directory)
+    except OSError:
+        return set()
+    return {n[:-5] for n in names if n.endswith(".json") and not n.startswith(".")}
+
+
+def _read_listed(path: Path, listed: set[str] | None) -> object | None:
+    """A result file's document; None when it does not exist (by the listing, or by trying)."""
+    if listed is not None and path.stem not in listed:
+        return None
+    try:
+        return _read_json(path)
+    except FileNotFoundError:
+        return None
+
+
+def _read_compact(path: Path) -> tuple[compact.CompactResults, int | None]:
+    """The compact result file and its mtime (ns); when it is absent or unreadable, nothing
+    and None (each result is then read from its own file, as in records written before it)."""
+    try:
+        since = path.stat().st_mtime_ns
+        return compact.decode(path.read_text(encoding="utf-8")), since
+    except (OSError, ResultError):
+        return compact.CompactResults(), None
+
+
 def load_run(run_dir: Path | str) -> RunResults:
     """Every result of the run; a submitted node or job without a readable one is a NoResult."""
     layout = RunLayout(Path(run_dir))
     if not layout.root.is_dir():
         raise InvalidInputError(f"burn-in run directory {layout.root} does not exist")
-    manifest = json.loads(layout.manifest.read_text()) if layout.manifest.is_file() else {}
+    manifest = _read_manifest(layout.manifest) if layout.manifest.is_file() else {}
     run = RunResults(manifest=manifest)
-    found = {p.stem: p for p in sorted((layout.root / "gemm").glob("*.json"))}
-    for node in manifest.get("nodes") or sorted(found):
-        path = found.get(node)
-        if path is None:
-            run.gemm[node] = NoResult(node)
-            continue
+    packed, since = _read_compact(layout.root / compact.FILENAME)  # collect's one-file copy
+    found = _json_stems(layout.root / "gemm", since)
+    for node in manifest.get("nodes") or sorted({*(found or ()), *packed.gemm}):
+        result = packed.gemm.get(node)
         try:
-            run.gemm[node] = gemm_from_doc(node, _read_json(path))
+            if result is None:
+                doc = _read_listed(layout.gemm(node), found)
+                if doc is None:
+                    run.gemm[node] = NoResult(node)
+                    continue
+                result = gemm_from_doc(node, doc)
+            elif isinstance(result, str):
+                raise ResultError(result)
+            run.gemm[node] = result
         except (OSError, ResultError) as exc:
             run.gemm[node] = NoResult(node, f"{NO_RESULT} ({exc})")
-    jobs = {p.stem: p for p in sorted((layout.root / "allreduce").glob("*.json"))}
-    for job in dict.fromkeys([*(manifest.get("allreduce_jobs") or ()), *jobs]):
+    jobs = _json_stems(layout.root / "allreduce", since)
+    submitted = list(manifest.get("allreduce_jobs") or ())
+    extra = {*(jobs or ()), *packed.allreduce}.difference(submitted)  # then in glob's order
+    for job in [*dict.fromkeys(submitted), *sorted(extra, key=lambda j: f"{j}.json")]:
+        result = packed.allreduce.get(job)
         try:
-            if job not in jobs:
-                raise ResultError("no output")
-            run.allreduce.append(allreduce_from_doc(job, _read_json(jobs[job])))
+            if result is None:
+                doc = _read_listed(layout.allreduce(job), jobs)
+                if doc is None:
+                    raise ResultError("no output")
+                result = allreduce_from_doc(job, doc)
+            elif isinstance(result, str):
+                raise ResultError(result)
+            run.allreduce.append(result)
         except (OSError, ResultError) as exc:
             run.missing_jobs.append(NoResult(f"allreduce/{job}", f"{NO_RESULT} ({exc})"))
     outputs = {p.stem: p for p in sorted((layout.root / "nccl").glob("*.*"))}
@@ -226,5 +292,7 @@ def load_ib(layout: RunLayout, manifest: dict) -> IbRun | None:
 
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.touch(mode=0o600)
+    tmp.chmod(0o600)
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)

@@ -1,21 +1,37 @@
-"""One provision at a time per inventory: a lock file under the state dir.
+"""One provision at a time per inventory and state dir: a kernel lock on a file under it.
 
-The file holds pid, host, start time and a lock id. A lock left by a dead process on this same
-host is stale and is cleared on the next acquire; a lock held from another host can only be
-cleared by `kiln unlock INVENTORY --force --lock-id ID` (kiln cannot see that process).
+The lock is `fcntl.flock` on `<state>/locks/<inventory-key>.lock`, held on an open file for the
+whole run; the file also holds the holder's JSON (user, host, pid, start time, lock id, run id)
+for the message a second run gets. The kernel drops the lock when the holding process exits,
+however it exits, so a lock cannot outlive its run: there is no stale lock and no takeover.
+The file is never unlinked (unlinking a lock file lets a later taker lock a new inode while an
+earlier one still holds the old: two holders). What a dead run left in the file is only history,
+reported as `cleared_stale` when the next run takes the lock.
+
+This is the local lock: it keeps two runs from one state dir apart. Two runs from two machines or
+directories are kept apart by the lock on the controller (kiln.state, docs/gitops.md).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import getpass
 import json
 import os
 import secrets
 import socket
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
-from kiln.errors import EnvironmentProblem, InvalidInputError
+from kiln.errors import EnvironmentProblem
 from kiln.records.runs import inventory_key, now, state_dir
+
+# A taker retries this long before calling the lock held: covers the instant a `kiln unlock`
+# probe holds it to look.
+PROBE_GRACE_S = 0.3
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,46 +42,87 @@ class LockInfo:
     started: str
     inventory: str
     run_id: str | None = None
+    user: str = "unknown"
 
     def describe(self) -> str:
-        return f"pid {self.pid} on {self.host} since {self.started} (lock id {self.lock_id})"
+        run = f", run {self.run_id}" if self.run_id else ""
+        return (
+            f"{self.user} (pid {self.pid} on {self.host}) since {self.started}{run} "
+            f"(lock id {self.lock_id})"
+        )
+
+    @classmethod
+    def from_dict(cls, data: Any, inventory: str = "unknown") -> LockInfo:
+        """A holder from its JSON; a torn or foreign document still gives a LockInfo."""
+        known = {f.name for f in fields(cls)}
+        try:
+            return cls(**{k: v for k, v in dict(data).items() if k in known})
+        except (TypeError, ValueError):
+            return cls("unknown", -1, "unknown", "unknown", inventory)
+
+    @classmethod
+    def mine(cls, inventory: str, run_id: str | None) -> LockInfo:
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = str(os.getuid())
+        return cls(
+            lock_id=secrets.token_hex(4),
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            started=now().isoformat(timespec="seconds"),
+            inventory=inventory,
+            run_id=run_id,
+            user=user,
+        )
 
 
 def lock_path(inventory: Path, state: Path | None = None) -> Path:
     return (state or state_dir()) / "locks" / f"{inventory_key(inventory)}.lock"
 
 
-def read_lock(inventory: Path, state: Path | None = None) -> LockInfo | None:
-    path = lock_path(inventory, state)
-    try:
-        data = json.loads(path.read_text())
-        return LockInfo(**data)
-    except FileNotFoundError:
+def _parse(text: str, inventory: Path) -> LockInfo | None:
+    if not text.strip():
         return None
-    except (ValueError, TypeError):
-        # A torn or foreign file: report it with what can be said.
+    try:
+        return LockInfo.from_dict(json.loads(text), str(inventory))
+    except ValueError:
         return LockInfo("unknown", -1, "unknown", "unknown", str(inventory))
 
 
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
+def _try_flock(fd: int, grace: float) -> bool:
+    deadline = time.monotonic() + grace
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+
+
+def read_lock(inventory: Path, state: Path | None = None) -> LockInfo | None:
+    """The holder of the lock on `inventory`, or None when nobody holds it (whatever a dead run
+    left in the file). Looking takes the lock for an instant when it is free."""
+    path = lock_path(Path(inventory).resolve(), state)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def is_stale(info: LockInfo) -> bool:
-    """Stale: taken on this host by a process that no longer exists."""
-    return info.host == socket.gethostname() and not _pid_alive(info.pid)
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        if _try_flock(fd, 0):
+            return None
+        text = os.pread(fd, 1 << 16, 0).decode(errors="replace")
+        return _parse(text, inventory) or LockInfo("unknown", -1, "unknown", "unknown", "")
+    finally:
+        os.close(fd)
 
 
 class InventoryLock:
     """Context manager: `with InventoryLock(inventory, run_id=...) as lock:`."""
+
+    where = "local"
 
     def __init__(self, inventory: Path, *, run_id: str | None = None, state: Path | None = None):
         self.inventory = Path(inventory).resolve()
@@ -73,45 +130,48 @@ class InventoryLock:
         self.run_id = run_id
         self.info: LockInfo | None = None
         self.cleared_stale: LockInfo | None = None
+        self._fd: int | None = None
 
     def acquire(self) -> LockInfo:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        info = LockInfo(
-            lock_id=secrets.token_hex(4),
-            pid=os.getpid(),
-            host=socket.gethostname(),
-            started=now().isoformat(timespec="seconds"),
-            inventory=str(self.inventory),
-            run_id=self.run_id,
-        )
-        for _attempt in range(2):
-            try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                holder = read_lock(self.inventory, self.path.parent.parent)
-                if holder is not None and is_stale(holder):
-                    self.cleared_stale = holder
-                    self.path.unlink(missing_ok=True)
-                    continue
-                raise EnvironmentProblem(
-                    f"inventory {self.inventory} is locked by "
-                    + (holder.describe() if holder else "another run"),
-                    hint="wait for that run; if it is gone: kiln unlock "
-                    f"{self.inventory} --force --lock-id {holder.lock_id if holder else 'ID'}",
-                ) from None
-            with os.fdopen(fd, "w") as handle:
-                json.dump(asdict(info), handle)
-            self.info = info
-            return info
-        raise EnvironmentProblem(f"could not take the lock {self.path}")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as error:
+            raise EnvironmentProblem(
+                f"cannot open the lock file {self.path}: {error.strerror or error}",
+                hint="the state directory ($KILN_HOME, else ./.kiln) must be writable",
+            ) from error
+        if not _try_flock(fd, PROBE_GRACE_S):
+            text = os.pread(fd, 1 << 16, 0).decode(errors="replace")
+            os.close(fd)
+            holder = _parse(text, self.inventory)
+            raise EnvironmentProblem(
+                f"inventory {self.inventory} is locked by "
+                + (holder.describe() if holder else "another run (starting)"),
+                hint="wait for that run to end: the lock is freed when its process exits "
+                f"(kiln unlock {self.inventory} shows the holder)",
+            )
+        try:
+            previous = _parse(os.pread(fd, 1 << 16, 0).decode(errors="replace"), self.inventory)
+            info = LockInfo.mine(str(self.inventory), self.run_id)
+            data = (json.dumps(asdict(info)) + "\n").encode()
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
+        except OSError as error:
+            os.close(fd)  # closing drops the lock
+            raise EnvironmentProblem(
+                f"cannot write the lock file {self.path}: {error.strerror or error}"
+            ) from error
+        self._fd, self.info, self.cleared_stale = fd, info, previous
+        return info
 
     def release(self) -> None:
-        if self.info is None:
+        if self._fd is None:
             return
-        current = read_lock(self.inventory, self.path.parent.parent)
-        if current is not None and current.lock_id == self.info.lock_id:
-            self.path.unlink(missing_ok=True)
-        self.info = None
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, 0)  # still ours: nobody else can be writing it
+        os.close(self._fd)  # drops the lock
+        self._fd, self.info = None, None
 
     def __enter__(self) -> InventoryLock:
         self.acquire()
@@ -119,18 +179,3 @@ class InventoryLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-
-
-def force_unlock(inventory: Path, lock_id: str, state: Path | None = None) -> LockInfo | None:
-    """Clear the lock on `inventory` if its id is `lock_id`; returns what was cleared."""
-    inventory = Path(inventory).resolve()
-    holder = read_lock(inventory, state)
-    if holder is None:
-        return None
-    if holder.lock_id != lock_id:
-        raise InvalidInputError(
-            f"the lock on {inventory} has id {holder.lock_id}, not {lock_id}",
-            hint=f"it is held by {holder.describe()}",
-        )
-    lock_path(inventory, state).unlink(missing_ok=True)
-    return holder

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kiln.errors import InvalidInputError
+from kiln.errors import EnvironmentProblem, InvalidInputError
 
 SUMMARY_SCHEMA_VERSION = 1
 
@@ -37,6 +37,45 @@ SUMMARY_SCHEMA_VERSION = 1
 def state_dir() -> Path:
     home = os.environ.get("KILN_HOME")
     return (Path(home) if home else Path.cwd() / ".kiln").resolve()
+
+
+STATE_HINT = (
+    "kiln keeps its state under $KILN_HOME (else ./.kiln): make it writable, free space on it, "
+    "or point KILN_HOME elsewhere"
+)
+
+
+def unwritable(error: OSError, path: Path | str | None = None) -> EnvironmentProblem:
+    """An OSError while writing kiln's state, as the exit-3 error naming the path."""
+    where = error.filename or path
+    why = error.strerror or str(error)
+    return EnvironmentProblem(f"cannot write {where}: {why}", hint=STATE_HINT)
+
+
+def ensure_writable(state: Path) -> None:
+    """Refuse to start with a state directory kiln cannot write (exit 3, naming it): found
+    before the lock is taken or any host touched, not halfway through a run."""
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+        probe = state / f".kiln-write-test-{os.getpid()}"
+        probe.write_text("ok\n")
+        probe.unlink()
+    except OSError as error:
+        raise unwritable(error, state) from None
+
+
+def read_summary(path: Path) -> dict[str, Any]:
+    """A run's summary.json; a malformed one is an error naming the file."""
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise InvalidInputError(
+            f"{path} is not a readable run summary ({error})",
+            hint="move that run directory aside; kiln writes summaries atomically",
+        ) from None
+    if not isinstance(summary, dict):
+        raise InvalidInputError(f"{path} is not a run summary (a JSON object was expected)")
+    return summary
 
 
 def inventory_key(inventory: Path) -> str:
@@ -55,8 +94,13 @@ def new_run_id(when: datetime | None = None) -> str:
 
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        tmp.touch(mode=0o600)
+        tmp.chmod(0o600)
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as error:
+        raise unwritable(error, path) from None
 
 
 class RunRecord:
@@ -70,7 +114,11 @@ class RunRecord:
     @classmethod
     def create(cls, state: Path | None = None, run_id: str | None = None) -> RunRecord:
         record = cls(state or state_dir(), run_id or new_run_id())
-        record.path.mkdir(parents=True, exist_ok=False)
+        try:
+            record.path.mkdir(parents=True, exist_ok=False, mode=0o700)
+            record.path.chmod(0o700)  # private whatever the umask: 0700, files 0600
+        except OSError as error:
+            raise unwritable(error, record.path) from None
         return record
 
     @property
@@ -87,7 +135,10 @@ class RunRecord:
 
     def stage_dir(self, stage: str) -> Path:
         path = self.path / stage
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise unwritable(error, path) from None
         return path
 
     def write_summary(self, summary: dict[str, Any]) -> None:
@@ -102,7 +153,15 @@ class RunRecord:
         _write_atomic(self.facts_path, json.dumps(facts, indent=2, sort_keys=True) + "\n")
 
     def read_facts(self) -> dict[str, Any]:
-        return json.loads(self.facts_path.read_text()) if self.facts_path.is_file() else {}
+        if not self.facts_path.is_file():
+            return {}
+        try:
+            facts = json.loads(self.facts_path.read_text())
+        except (OSError, ValueError) as error:
+            raise InvalidInputError(f"{self.facts_path} is not readable facts ({error})") from None
+        if not isinstance(facts, dict):
+            raise InvalidInputError(f"{self.facts_path} is not facts (a JSON object expected)")
+        return facts
 
     def hosts_file(self, name: str) -> list[str]:
         path = self.path / name
@@ -112,7 +171,10 @@ class RunRecord:
 
     def mark_last(self, inventory: Path) -> None:
         pointer = self.state / "last_run" / inventory_key(inventory)
-        pointer.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            pointer.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise unwritable(error, pointer.parent) from None
         _write_atomic(pointer, self.run_id + "\n")
 
 
@@ -136,11 +198,8 @@ def last_run_with(inventory: Path, stage: str, state: Path | None = None) -> Run
     for path in sorted(runs.iterdir(), reverse=True):
         summary_path = path / "summary.json"
         if not summary_path.is_file():
-            continue
-        try:
-            summary = json.loads(summary_path.read_text())
-        except (OSError, ValueError):
-            continue
+            continue  # a run in progress, or killed before its summary
+        summary = read_summary(summary_path)
         stages = [entry.get("name") for entry in summary.get("stages", [])]
         if summary.get("inventory") == wanted and stage in stages:
             return RunRecord(state, path.name)
@@ -175,10 +234,9 @@ def provisioned_hosts(inventory: Path, state: Path | None = None) -> set[str]:
     if not runs.is_dir():
         return done
     for path in sorted(runs.iterdir()):
-        try:
-            summary = json.loads((path / "summary.json").read_text())
-        except (OSError, ValueError):
-            continue
+        if not (path / "summary.json").is_file():
+            continue  # a run in progress, or killed before its summary
+        summary = read_summary(path / "summary.json")
         if summary.get("inventory") != wanted or summary.get("check"):
             continue
         ran = [

@@ -92,8 +92,42 @@ def _split_top_level(expression: str) -> list[str]:
     return [p for p in parts if p]
 
 
+# More names than any cluster has: an expression past it is a typo (`gpu[0-9999999]`), refused
+# before a single name is made.
+MAX_NAMES = 1_000_000
+
+
+def count(expression: str) -> int:
+    """How many names `expression` expands to, without making them (malformed ranges count
+    0: the expansion says what is wrong with them)."""
+    total = 0
+    for part in _split_top_level(expression.strip()):
+        match = _BRACKET.match(part)
+        if match is None:
+            total += 1
+            continue
+        _prefix, body, suffix = match.groups()
+        items = 0
+        for item in body.split(","):
+            first, _, last = item.partition("-")
+            if first.isdigit() and (not last or last.isdigit()):
+                items += max(0, (int(last) if last else int(first)) - int(first) + 1)
+        total += items * (count(suffix) if "[" in suffix else 1)
+    return total
+
+
 def expand(expression: str) -> list[str]:
-    """Expand a Slurm hostlist expression into host names, in order."""
+    """Expand a Slurm hostlist expression into host names, in order; one of more than
+    MAX_NAMES names is refused before any is made."""
+    total = count(expression)
+    if total > MAX_NAMES:
+        raise HostlistError(
+            f"hostlist {expression!r} expands to {total:,} names, more than {MAX_NAMES:,}"
+        )
+    return _expand(expression)
+
+
+def _expand(expression: str) -> list[str]:
     names: list[str] = []
     for part in _split_top_level(expression.strip()):
         match = _BRACKET.match(part)
@@ -101,7 +135,7 @@ def expand(expression: str) -> list[str]:
             names.append(part)
             continue
         prefix, body, suffix = match.groups()
-        for tail in expand(suffix) if "[" in suffix else [suffix]:
+        for tail in _expand(suffix) if "[" in suffix else [suffix]:
             for item in body.split(","):
                 first, _, last = item.partition("-")
                 if not first.isdigit() or (last and not last.isdigit()):

@@ -9,12 +9,11 @@ anything was measured), the slowest measurements and the error counters that ros
 
 from __future__ import annotations
 
-from html import escape
-
 from kiln.judging.model import BurninReport
 from kiln.judging.verdicts import num
 from kiln.report.svg import heat_map, line_plot, strip_plot
 from kiln.report.table import allreduce_summary
+from kiln.report.text import html_text as escape
 
 MAX_POINTS = 5000  # passing GPUs drawn in the strip plot
 MAX_LINES = 16  # curves in the busbw plot

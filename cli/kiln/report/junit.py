@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 
 from kiln.judging.model import BurninReport
 from kiln.judging.verdicts import Verdict, num
+from kiln.report.text import xml_text
 
 
 def _details(verdict: Verdict, gpus: list[Verdict]) -> str:
@@ -27,6 +28,15 @@ def _details(verdict: Verdict, gpus: list[Verdict]) -> str:
     lines.append(f"severity {verdict.severity}, action {verdict.action}")
     lines += [f"{g.name}: {g.message}" for g in gpus]
     return "\n".join(lines)
+
+
+def _sanitise(root: ET.Element) -> None:
+    """Every text and attribute made well-formed XML: a message may quote a node's output."""
+    for element in root.iter():
+        if element.text:
+            element.text = xml_text(element.text)
+        for key, value in element.attrib.items():
+            element.set(key, xml_text(value))
 
 
 def render_junit(report: BurninReport) -> str:
@@ -78,5 +88,6 @@ def render_junit(report: BurninReport) -> str:
     root.set("failures", str(failed))
     root.set("errors", "0")
     root.set("skipped", str(skipped))
+    _sanitise(root)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from html import escape
+
+from kiln.report.text import html_text as escape
 
 W, H = 1080, 360
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 30, 50

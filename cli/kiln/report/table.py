@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from rich.console import Group
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from kiln.judging.model import BurninReport
 from kiln.judging.verdicts import num
+from kiln.report.text import markup_text as escape
 
 STYLE = {"critical": "bold red", "warning": "yellow", "info": "green"}
 MAX_PASSING = 60  # passing verdicts listed one by one; more are only counted
@@ -48,21 +48,21 @@ def render_table(report: BurninReport, *, show_passing: bool | None = None) -> G
     for v in failures + (passing if show_passing else []):
         if v.passed:
             # an all-reduce verdict's note (no floor, slow pairs not its own) where there is one
-            status, detail = Text("ok", style="green"), v.message if v.rule else ""
+            status, detail = Text("ok", style="green"), escape(v.message) if v.rule else ""
             if v.measured is not None and v.threshold is not None:
-                detail = f"{num(v.measured)} >= {num(v.threshold)} {v.unit}".rstrip()
+                detail = f"{num(v.measured)} >= {num(v.threshold)} {escape(v.unit)}".rstrip()
         else:
             status = Text(f"FAIL {v.severity}", style=STYLE[str(v.severity)])
-            detail = v.message
+            detail = escape(v.message)
         if v.rule:  # which of the all-reduce floors judged it
             detail = (f"{detail} " + escape(f"[{v.rule}]")).lstrip()
         action = str(v.action) if not v.passed else ""
-        table.add_row(status, action, v.name, v.check, detail)
+        table.add_row(status, action, escape(v.name), escape(v.check), detail)
     parts: list = [head, table]
     if report.allreduce:
-        parts.append(Text(f"All-reduce: {allreduce_summary(report)}"))
+        parts.append(Text(f"All-reduce: {escape(allreduce_summary(report))}"))
     if report.ib is not None:
-        parts.append(Text(f"InfiniBand: {report.ib.summary()}"))
+        parts.append(Text(f"InfiniBand: {escape(report.ib.summary())}"))
     if not show_passing and passing:
         counts: dict[str, list[int]] = {}
         for v in report.verdicts:
@@ -71,6 +71,6 @@ def render_table(report: BurninReport, *, show_passing: bool | None = None) -> G
         for column in ("check", "passed", "failed"):
             summary.add_column(column)
         for check, (ok, bad) in sorted(counts.items()):
-            summary.add_row(check, str(ok), Text(str(bad), style="red" if bad else ""))
+            summary.add_row(escape(check), str(ok), Text(str(bad), style="red" if bad else ""))
         parts.append(summary)
     return Group(*parts)

@@ -26,6 +26,10 @@ from kiln.runner.events import EventRecorder, HostResult
 
 # Taken from kiln's own environment when present; nothing else is passed through.
 ENV_ALLOW = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "SSH_AUTH_SOCK", "TMPDIR", "USER")
+# ansible-vault's own settings pass through as Ansible users expect. When kiln was given vault
+# ids (kiln.inventory.vault), it sets ANSIBLE_VAULT_IDENTITY_LIST to all of them, the
+# environment's password file included, and that file's own variable is dropped.
+VAULT_ENV = ("ANSIBLE_VAULT_IDENTITY_LIST", "ANSIBLE_VAULT_PASSWORD_FILE")
 ENV_ALLOW_PREFIXES = ("KILN_",)
 DEFAULT_FORKS = 25
 SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=60s"
@@ -170,7 +174,7 @@ def allowed_environment(environ: dict[str, str] | None = None) -> dict[str, str]
     env = {
         key: value
         for key, value in environ.items()
-        if key in ENV_ALLOW or key.startswith(ENV_ALLOW_PREFIXES)
+        if key in ENV_ALLOW or key in VAULT_ENV or key.startswith(ENV_ALLOW_PREFIXES)
     }
     if not (env.get("LANG") or env.get("LC_ALL")):
         env["LANG"] = "C.UTF-8"  # ansible-core refuses a non-UTF-8 locale
@@ -208,12 +212,18 @@ def runner_kwargs(request: PlaybookRequest, recorder: EventRecorder) -> dict[str
     return kwargs
 
 
-def _restrict_env(runner_env: dict[str, str], environ: dict[str, str]) -> dict[str, str]:
+def _restrict_env(
+    runner_env: dict[str, str], environ: dict[str, str], vault_ids: str | None = None
+) -> dict[str, str]:
     """ansible-runner seeds the job's env with os.environ; keep only the allow-list plus what
     ansible-runner and kiln set themselves (anything that differs from kiln's environment)."""
     added = {key: value for key, value in runner_env.items() if environ.get(key) != value}
     # Kept even when kiln's own environment already has the same PYTHONPATH.
-    return {**allowed_environment(environ), **added, "PYTHONPATH": str(KILN_SOURCE)}
+    env = {**allowed_environment(environ), **added, "PYTHONPATH": str(KILN_SOURCE)}
+    if vault_ids:
+        env["ANSIBLE_VAULT_IDENTITY_LIST"] = vault_ids
+        env.pop("ANSIBLE_VAULT_PASSWORD_FILE", None)  # already one of the ids
+    return env
 
 
 def _prepare_dirs(request: PlaybookRequest) -> None:
@@ -224,7 +234,10 @@ def _prepare_dirs(request: PlaybookRequest) -> None:
     request.fact_cache.mkdir(parents=True, exist_ok=True)
     (request.private_data_dir / "ansible.cfg").write_text(
         "# kiln passes every Ansible setting as ANSIBLE_* environment variables;\n"
-        "# this file only keeps ~/.ansible.cfg and /etc/ansible/ansible.cfg out.\n"
+        "# this file keeps ~/.ansible.cfg and /etc/ansible/ansible.cfg out, and retries\n"
+        "# an SSH connection that fails to connect (exit 255: timed out, refused, reset)\n"
+        "# 3 more times (after 0, 1 and 3 s) before the host is called unreachable.\n"
+        "[defaults]\ntimeout = 30\n[ssh_connection]\nretries = 3\n"
     )
 
 
@@ -234,7 +247,8 @@ def run_playbook(
     """Run one playbook to the end; blocking. `targets` are the hosts the play should reach."""
     _prepare_dirs(request)
     runner = init_runner(**runner_kwargs(request, recorder))
-    runner.config.env = _restrict_env(runner.config.env, dict(os.environ))
+    vault_ids = request.envvars.get("ANSIBLE_VAULT_IDENTITY_LIST")
+    runner.config.env = _restrict_env(runner.config.env, dict(os.environ), vault_ids)
     runner.run()
     stopped = bool(recorder.no_hosts_remaining and runner.status != "successful")
     return PlaybookResult(
@@ -286,6 +300,13 @@ def streamed_kwargs(request: PlaybookRequest, remote_dir: str) -> dict[str, Any]
     kwargs["inventory"] = str(inventory)
     env = {key: value for key, value in kwargs["envvars"].items() if key not in LOCAL_ONLY}
     env["ANSIBLE_CONFIG"] = f"{remote_dir}/ansible.cfg"
+    if env.get("ANSIBLE_VAULT_IDENTITY_LIST"):  # the password files go with the job
+        shipped = []
+        for index, identity in enumerate(env["ANSIBLE_VAULT_IDENTITY_LIST"].split(",")):
+            label, _, source = identity.partition("@")
+            _ship(Path(source), pdd, f"kiln_ship/vault-{index}")
+            shipped.append(f"{label or 'default'}@{remote_dir}/kiln_ship/vault-{index}")
+        env["ANSIBLE_VAULT_IDENTITY_LIST"] = ",".join(shipped)
     if batch_workers():
         plugin = project / "strategy_plugins" / "kiln_linear.py"
         if not plugin.is_file():
@@ -303,6 +324,14 @@ def streamed_kwargs(request: PlaybookRequest, remote_dir: str) -> dict[str, Any]
             extravars[key] = f"{remote_dir}/kiln_ship/{key}"
     kwargs["extravars"] = extravars
     return kwargs
+
+
+def _unship_secrets(pdd: Path) -> None:
+    """Once transmitted, the copies of the inventory and vault password files leave the run
+    record (which must hold no secret)."""
+    for path in pdd.glob("kiln_ship/vault-*"):
+        path.unlink(missing_ok=True)
+    shutil.rmtree(pdd / "inventory", ignore_errors=True)
 
 
 def run_playbook_streamed(
@@ -333,6 +362,7 @@ def run_playbook_streamed(
             finally:
                 if proc.stdin:
                     proc.stdin.close()
+                _unship_secrets(pdd)
             processor = init_runner(
                 streamer="process",
                 _input=proc.stdout,

@@ -201,9 +201,13 @@ class EventRecorder:
         log: IO[str] | CappedLog | None = None,
         progress: ProgressCallback | None = None,
         shard: str | None = None,
+        redact: Callable[[Any], Any] | None = None,
     ) -> None:
         self.stage = stage
         self.shard = shard
+        # kiln.inventory.redact, bound to the run's secrets: every line and message goes
+        # through it before it is kept, logged or shown.
+        self.redact = redact
         self.log = log
         self.progress = progress
         self.state = StageProgress(stage)
@@ -214,6 +218,7 @@ class EventRecorder:
         self.batches = 0
         self.no_hosts_remaining = False
         self.events = 0
+        self.error: str | None = None  # the first exception the handler caught, if any
 
     def _host(self, name: str) -> HostResult:
         result = self.hosts.get(name)
@@ -222,6 +227,17 @@ class EventRecorder:
         return result
 
     def __call__(self, event: dict[str, Any]) -> bool:
+        """ansible-runner calls this from the loop that watches the play: an exception here
+        would leave ansible-playbook running unwatched. It is caught and kept; the caller fails
+        the shard (kiln.runner.execute) once the play is over."""
+        try:
+            return self._record(event)
+        except Exception as error:  # kept; the shard fails on it
+            if self.error is None:
+                self.error = f"{type(error).__name__}: {error}"
+            return False
+
+    def _record(self, event: dict[str, Any]) -> bool:
         self.events += 1
         kind = event.get("event", "")
         data = event.get("event_data") or {}
@@ -249,6 +265,8 @@ class EventRecorder:
             if self.shard is not None:
                 line["shard"] = self.shard
             line["t"] = event.get("created")
+            if self.redact is not None:
+                line = self.redact(line)
             if isinstance(self.log, CappedLog):
                 self.log.write_event(line)
             else:
@@ -272,6 +290,8 @@ class EventRecorder:
         if status in ("failed", "unreachable") and not ignored:
             result.failed_task = data.get("task")
             result.message = failure_message(res)
+            if self.redact is not None and result.message:
+                result.message = self.redact(result.message)
             record["msg"] = result.message
             live = status
         else:

@@ -9,20 +9,25 @@ from __future__ import annotations
 
 import os
 import threading
+import traceback
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Protocol
 
+from kiln.errors import KilnError
 from kiln.inventory.batches import batches_needed
+from kiln.inventory.vault import VaultConfig, active
 from kiln.plan import Plan, StagePlan
 from kiln.plan.model import RUN_INVENTORY
 from kiln.plan.shards import Shard, parallel_limit
 from kiln.plan.stages import Stage
 from kiln.records.lock import InventoryLock
-from kiln.records.runs import RunRecord, new_run_id, now, state_dir
+from kiln.records.runs import RunRecord, ensure_writable, new_run_id, now, state_dir, unwritable
 from kiln.runner import engine, merge, workers
 from kiln.runner.engine import PlaybookRequest, PlaybookResult
 from kiln.runner.events import CappedLog, EventRecorder, ProgressAggregator, StageProgress
+from kiln.runner.private import RunSecrets
 from kiln.runner.result import RunResult
 
 FACTS_KEY = "kiln_preflight"  # set_stats key the preflight role saves its facts under
@@ -46,14 +51,28 @@ class _Quiet:
 
 
 def execute(
-    plan: Plan, *, listener: Listener | None = None, state: Path | None = None
+    plan: Plan,
+    *,
+    listener: Listener | None = None,
+    state: Path | None = None,
+    lock: Any = None,
+    run_id: str | None = None,
+    vault: VaultConfig | None = None,
 ) -> RunResult:
-    """Run the plan's stages; returns the result (also on disk as the record's summary)."""
+    """Run the plan's stages; returns the result (also on disk as the record's summary).
+
+    `lock`: a lock the caller already holds for this run (kiln.state.SharedState, with `.info`
+    and `.cleared_stale`); without one, the local inventory lock is taken here."""
     listener = listener or _Quiet()
     state = state or state_dir()
     inventory = plan.inventory_dir
-    run_id = new_run_id()
-    with InventoryLock(inventory, run_id=run_id, state=state) as lock:
+    secrets = RunSecrets.for_plan(
+        plan, vault if vault is not None else active()
+    )  # no secret in the record (kiln.runner.private)
+    run_id = run_id or new_run_id()
+    ensure_writable(state)
+    held = nullcontext(lock) if lock is not None else None
+    with secrets, held or InventoryLock(inventory, run_id=run_id, state=state) as lock:
         record = RunRecord.create(state, run_id)
         result = RunResult(
             run_id=record.run_id,
@@ -71,31 +90,70 @@ def execute(
             targets=list(plan.targets),
             new_nodes=plan.new_nodes.to_dict() if plan.new_nodes else None,
         )
-        run = _Run(plan, record, result, listener)
         try:
+            run = _Run(plan, record, result, listener, secrets)
             with record.events_path.open("a", buffering=1) as stream:
                 run.log = CappedLog(stream, _log_cap())
                 try:
                     run.stages()
                 finally:
                     result.events = run.log.close()
+        except BaseException as error:
+            # Whatever went wrong (a bug, a full disk, ^C), the summary must say the run failed
+            # and name the hosts it left unfinished, so `--retry-failed` runs them again.
+            _crashed(plan, record, result, error)
+            if isinstance(error, OSError) and str(error.filename).startswith(str(state)):
+                raise unwritable(error) from error  # a full or read-only state dir: exit 3
+            if not isinstance(error, Exception) or isinstance(error, KilnError):
+                raise  # ^C and kiln's own errors keep their exit code and message
         finally:
             result.finish(now().isoformat(timespec="seconds"))
-            record.write_summary(result.to_dict())
+            record.write_summary(secrets.redact(result.to_dict()))
             if not plan.options.check:
                 record.mark_last(inventory)
     return result
+
+
+class KilnCrash(RuntimeError):
+    """The event handler caught an exception while a shard ran: the shard's record is not
+    trusted, so the run fails like any other exception during it."""
+
+
+def _crashed(plan: Plan, record: RunRecord, result: RunResult, error: BaseException) -> None:
+    """Fold an exception into the result: the stage in flight (or the first not yet run) has
+    every host failed with the reason, later stages are skipped, the run is stopped."""
+    interrupted = isinstance(error, KeyboardInterrupt)
+    reason = "interrupted" if interrupted else f"kiln error: {type(error).__name__}: {error}"
+    if not interrupted:
+        try:
+            (record.path / "error.txt").write_text("".join(traceback.format_exception(error)))
+            reason += f" (traceback in {record.path / 'error.txt'})"
+        except OSError:
+            pass
+    done = {entry["name"] for entry in result.stages}
+    failed = {h for e in result.stages for h, r in e["hosts"].items() if r["status"] in merge.BAD}
+    stopped_in = None
+    for planned in plan.stages:
+        if planned.stage.name in done:
+            continue
+        if stopped_in is None:  # the stage in flight, or the first one not yet run
+            stopped_in = planned.stage.name
+            hosts = [host for host in planned.hosts if host not in failed]
+            result.stages.append(merge.crashed_stage(planned.stage, hosts, reason))
+        else:
+            result.stages.append(merge.skipped_stage(planned.stage, "the run stopped on an error"))
+    result.stopped = {"stage": stopped_in or "-", "reason": reason}
 
 
 def _log_cap() -> int:
     return int(float(os.environ.get("KILN_EVENTS_MAX_MB", "64")) * 1024 * 1024)
 
 
-def _write_inputs(plan: Plan, record: RunRecord) -> dict[str, str]:
+def _write_inputs(plan: Plan, record: RunRecord, secrets: RunSecrets) -> dict[str, str]:
     """What every stage reads, written once per run from the plan: the run's inventory export
     and the cluster-wide files. Returns the extravars that point the roles at them."""
-    (record.path / "inventory").mkdir(parents=True, exist_ok=True)
-    (record.path / "inventory" / "hosts.json").write_text(plan.inventory_text(RUN_INVENTORY))
+    text = plan.inventory_text(RUN_INVENTORY)  # the record keeps it redacted: no stage reads it
+    secrets.write_inventory(text, record.path / "inventory" / "hosts.json", RUN_INVENTORY)
     files_dir = record.path / "files"
     files_dir.mkdir(parents=True, exist_ok=True)
     for generated in (*plan.files, plan.etc_hosts):
@@ -109,14 +167,22 @@ def _write_inputs(plan: Plan, record: RunRecord) -> dict[str, str]:
 class _Run:
     """One execution: stages in order, each split into shards run in parallel."""
 
-    def __init__(self, plan: Plan, record: RunRecord, result: RunResult, listener: Listener):
+    def __init__(
+        self,
+        plan: Plan,
+        record: RunRecord,
+        result: RunResult,
+        listener: Listener,
+        secrets: RunSecrets | None = None,
+    ) -> None:
+        self.secrets = secrets or RunSecrets(set(), None)
         self.plan = plan
         self.rollout = plan.rollout
         self.record = record
         self.result = result
         self.listener = listener
         self.log: CappedLog | None = None
-        self.extravars = {**_write_inputs(plan, record), **plan.options.extravars}
+        self.extravars = {**_write_inputs(plan, record, self.secrets), **plan.options.extravars}
         self.exports: dict[str, Path] = {}
         self.facts: dict[str, Any] = {}
         self.lock = threading.Lock()
@@ -222,10 +288,9 @@ class _Run:
             path = self.exports.get(shard.name)
         if path is not None:
             return path
-        directory = self.record.path / "shards" / shard.name
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / "hosts.json"
-        path.write_text(self.plan.inventory_text(shard.name))
+        copy = self.record.path / "shards" / shard.name / "hosts.json"
+        text = self.plan.inventory_text(shard.name)
+        path = self.secrets.write_inventory(text, copy, f"shard-{shard.name}")
         with self.lock:
             self.exports[shard.name] = path
         return path
@@ -239,7 +304,11 @@ class _Run:
         limit_file.write_text("".join(f"{host}\n" for host in hosts))
         expected = batches_needed(len(hosts), self.rollout.batch_size)
         recorder = EventRecorder(
-            stage.name, log=self.log, progress=aggregate.callback(shard.name), shard=shard.name
+            stage.name,
+            log=self.log,
+            progress=aggregate.callback(shard.name),
+            shard=shard.name,
+            redact=self.secrets.redact,
         )
         request = PlaybookRequest(
             playbook=stage.path(),
@@ -258,6 +327,7 @@ class _Run:
                 "kiln_run_id": self.record.run_id,
                 "kiln_shard": shard.name,
             },
+            envvars=self.secrets.env(),
         )
         self._log_shard(stage, shard, "started")
         aggregate.shard_started(shard.name)
@@ -265,6 +335,8 @@ class _Run:
             result = self._execute(shard, request, recorder)
         finally:
             aggregate.shard_finished(shard.name)
+        if recorder.error is not None:
+            raise KilnCrash(f"recording the events of shard {shard.name}: {recorder.error}")
         entry = merge.stage_entry(stage, result, hosts, expected)
         entry.update(
             name=shard.name,

@@ -203,6 +203,13 @@ def stage_entry(stage: Stage, result: PlaybookResult, hosts: list[str], expected
     }
 
 
+def crashed_stage(stage: Stage, hosts: list[str], reason: str) -> dict[str, Any]:
+    """The stage in flight when kiln itself failed: every host of it failed, with the reason,
+    so the summary says failed and `--retry-failed` runs them again."""
+    failed = {host: {**_not_run(host), "status": "failed", "message": reason} for host in hosts}
+    return {**skipped_stage(stage, reason), "status": "error", "hosts": failed}
+
+
 def skipped_stage(stage: Stage, reason: str) -> dict[str, Any]:
     return {
         "name": stage.name,

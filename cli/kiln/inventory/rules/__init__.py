@@ -15,7 +15,7 @@ from collections.abc import Callable
 from kiln.inventory.context import InventoryContext
 from kiln.inventory.findings import FindingCollector
 from kiln.inventory.resolve import ResolvedHost
-from kiln.inventory.rules import cluster, fabric, hosts, partitions
+from kiln.inventory.rules import cluster, connection, fabric, hosts, partitions
 from kiln.inventory.rules.partitions import WrittenPartition
 
 Rule = Callable[[InventoryContext, FindingCollector], None]
@@ -66,6 +66,7 @@ RULES: tuple[Rule, ...] = (
     cluster.has_compute_nodes,
     cluster.cluster_name_is_valid,
     cluster.versions_are_compatible,
+    connection.commands_run_on_the_controller,
     EachPartition(
         partitions.name_is_safe,
         partitions.defined_once,

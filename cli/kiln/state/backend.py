@@ -1,0 +1,234 @@
+"""Which backend keeps a run's lock and the cluster's state, and the run's hold on them.
+
+`kiln_state.backend` in the inventory:
+  auto (default)  the controller (first host of kiln_controllers) when it answers over SSH with
+                  its state directory writable; else the local state dir, said in the output
+                  (the first provision: the controller is not set up yet)
+  controller      the controller, or exit 3 naming why it cannot be used
+  local           the local state dir only (one runner, one directory: today's behaviour)
+
+The local lock (kiln.records.lock) is always taken first: it keeps two runs from one state dir
+apart even when the controller cannot be reached. The core never prints: what to say goes in
+`notes`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kiln.errors import EnvironmentProblem
+from kiln.fleet import settings_for
+from kiln.inventory import Cluster
+from kiln.records.lock import InventoryLock, LockInfo, read_lock
+from kiln.records.runs import provisioned_hosts, state_dir
+from kiln.state import cluster as doc
+from kiln.state.controller import (
+    ControllerLock,
+    StateUnavailable,
+    probe,
+    read_state,
+    update_state,
+)
+from kiln.state.remote import Remote, RemoteUnavailable, SshRemote
+
+RemoteFactory = Callable[[Cluster], Remote]
+
+
+def controller_remote(cluster: Cluster) -> Remote:
+    """The first controller over kiln's SSH layer."""
+    if not cluster.controllers:
+        raise RemoteUnavailable("the inventory has no kiln_controllers host")
+    node = cluster.controllers[0]
+    return SshRemote(node.name, settings_for(node.name, node.address, node.hostvars))
+
+
+def _me() -> str:
+    with contextlib.suppress(KeyError, OSError):
+        return f"{getpass.getuser()}@{socket.gethostname()}"
+    return socket.gethostname()
+
+
+class SharedState:
+    """`with SharedState(cluster, run_id=...) as shared:` holds the locks for the run.
+
+    shared.backend     "controller" or "local": where the lock and the state are
+    shared.info        the holder written (what the run's summary calls its lock)
+    shared.joined()    nodes that have joined (the controller's state, and local records)
+    shared.push_run()  record a finished run in the controller's state
+    shared.notes       lines for the operator (which backend, and why)
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        run_id: str | None = None,
+        state: Path | None = None,
+        remote_factory: RemoteFactory | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.run_id = run_id
+        self.state = state or state_dir()
+        self.spec = cluster.state
+        self.remote_factory = remote_factory or controller_remote
+        self.local = InventoryLock(cluster.inventory_dir, run_id=run_id, state=self.state)
+        self.remote: Remote | None = None
+        self.controller: ControllerLock | None = None
+        self.backend = "local"
+        self.notes: list[str] = []
+        self._state: dict[str, Any] = {}
+
+    @property
+    def info(self) -> LockInfo | None:
+        return (self.controller or self.local).info
+
+    @property
+    def cleared_stale(self) -> LockInfo | None:
+        return self.local.cleared_stale
+
+    @property
+    def lost(self) -> bool:
+        return self.controller is not None and self.controller.lost.is_set()
+
+    def acquire(self) -> SharedState:
+        self.local.acquire()
+        try:
+            self._take_controller()
+        except BaseException:
+            self.release()
+            raise
+        return self
+
+    def _take_controller(self) -> None:
+        mode = self.spec.backend
+        if mode == "local":
+            self.notes.append(f"state: local ({self.local.path.parent.parent}; kiln_state.backend)")
+            return
+        try:
+            self.remote = self.remote_factory(self.cluster)
+            lock = ControllerLock(
+                self.remote,
+                str(self.cluster.inventory_dir),
+                run_id=self.run_id,
+                directory=self.spec.path,
+            )
+            lock.acquire()
+            try:
+                self._state = read_state(self.remote, self.spec.path)
+            except BaseException:
+                lock.release()
+                raise
+            self.controller, self.backend = lock, "controller"
+        except (RemoteUnavailable, StateUnavailable, TimeoutError) as error:
+            reason = getattr(error, "message", None) or str(error)
+            self._close_remote()
+            if mode == "controller":
+                raise EnvironmentProblem(
+                    f"kiln_state.backend is controller and {reason}",
+                    hint="reach the controller (or set kiln_state.backend: local for a cluster "
+                    "without one yet)",
+                ) from error
+            self.notes.append(f"state: local ({self.local.path.parent.parent}): {reason}")
+            return
+        self.notes.append(f"state: {self.controller.where}")
+
+    def joined(self) -> frozenset[str]:
+        """Nodes that have joined: the controller's record, and this state dir's run records."""
+        local = provisioned_hosts(self.cluster.inventory_dir, self.state)
+        return frozenset(doc.joined_nodes(self._state) | local)
+
+    def push_run(self, summary: dict[str, Any]) -> None:
+        """Record a finished run in the controller's state; a failure is a note, not a failure
+        of the run (the run record keeps everything)."""
+        if self.remote is None or self.controller is None:
+            return
+        versions = self.cluster.versions.model_dump()
+        patch = doc.run_patch(summary, versions, _me(), self.cluster.name)
+        if patch is None:
+            return
+        try:
+            update_state(self.remote, patch, self.spec.path)
+        except StateUnavailable as error:
+            self.notes.append(f"state: not saved on the controller: {error.message}")
+
+    def _close_remote(self) -> None:
+        if self.remote is not None:
+            with contextlib.suppress(Exception):
+                self.remote.close()
+        self.remote = None
+
+    def release(self) -> None:
+        if self.controller is not None:
+            self.controller.release()
+            self.controller = None
+        self._close_remote()
+        self.local.release()
+
+    def __enter__(self) -> SharedState:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def push_verdicts(
+    cluster: Cluster,
+    verdicts: dict[str, str],
+    run_id: str,
+    at: str,
+    remote_factory: RemoteFactory | None = None,
+) -> str:
+    """Record burn-in verdicts in the controller's state; returns a line saying where."""
+    if cluster.state.backend == "local" or not verdicts:
+        return "verdicts: kept in the local run record only"
+    remote = None
+    try:
+        remote = (remote_factory or controller_remote)(cluster)
+        update_state(remote, doc.verdict_patch(verdicts, run_id, at), cluster.state.path)
+    except (RemoteUnavailable, StateUnavailable, TimeoutError) as error:
+        return f"verdicts: not saved on the controller: {getattr(error, 'message', error)}"
+    finally:
+        if remote is not None:
+            with contextlib.suppress(Exception):
+                remote.close()
+    return f"verdicts: saved on {remote.where}:{cluster.state.path}"
+
+
+@dataclass(frozen=True)
+class LockStatus:
+    """Who holds the locks of an inventory: the local one and the controller's."""
+
+    local: LockInfo | None
+    controller: LockInfo | None
+    where: str  # where the controller's lock was looked for, or why it was not
+    reachable: bool
+
+    @property
+    def held(self) -> bool:
+        return self.local is not None or self.controller is not None
+
+
+def lock_status(
+    cluster: Cluster, state: Path | None = None, remote_factory: RemoteFactory | None = None
+) -> LockStatus:
+    """Look at both locks; changes nothing."""
+    local = read_lock(cluster.inventory_dir, state)
+    if cluster.state.backend == "local":
+        return LockStatus(local, None, "kiln_state.backend is local", False)
+    remote = None
+    try:
+        remote = (remote_factory or controller_remote)(cluster)
+        holder = probe(remote, cluster.state.path)
+        return LockStatus(local, holder, f"controller {remote.where}:{cluster.state.path}", True)
+    except (RemoteUnavailable, StateUnavailable, TimeoutError) as error:
+        return LockStatus(local, None, getattr(error, "message", None) or str(error), False)
+    finally:
+        if remote is not None:
+            with contextlib.suppress(Exception):
+                remote.close()

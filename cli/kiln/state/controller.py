@@ -1,0 +1,247 @@
+"""The provision lock and the cluster's state, kept in a directory on the Slurm controller.
+
+    /var/lib/kiln/state/lock          flock(1) target; held by a shell whose stdin is kiln's channel
+    /var/lib/kiln/state/holder.json   who holds it (user, host, pid, start time, lock id, run id)
+    /var/lib/kiln/state/state.json    the cluster's state (kiln.state.cluster)
+    /var/lib/kiln/state/state.lock    serialises updates of state.json
+
+The lock: kiln opens one session running a shell that takes `flock -w 1` on the lock file,
+writes the holder, answers `KILN-LOCK-TAKEN` and then reads its stdin until end-of-file. The
+lock lives exactly as long as that shell: kiln exits, dies or loses its connection -> sshd closes
+the channel -> the shell reads EOF and exits -> the kernel drops the lock. kiln writes a
+heartbeat line every HEARTBEAT_S; a shell that hears nothing for TTL_S (a connection lost
+without a FIN, which sshd may not notice for hours) exits too. So no lock outlives its holder,
+and nothing ever needs to take a lock over from a dead holder.
+
+The commands run as the login user when the directory is writable to it, else under `sudo -n`.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import threading
+from dataclasses import asdict
+
+from kiln.errors import EnvironmentProblem
+from kiln.records.lock import LockInfo
+from kiln.state.remote import Remote, RemoteUnavailable, Session, run
+
+DEFAULT_DIR = "/var/lib/kiln/state"
+TTL_S = 300
+HEARTBEAT_S = 20
+ANSWER_S = 30.0  # login, sudo and flock -w 1, on a busy controller
+
+TAKEN, HELD, FREE, UNWRITABLE = (
+    "KILN-LOCK-TAKEN",
+    "KILN-LOCK-HELD",
+    "KILN-LOCK-FREE",
+    "KILN-STATE-UNWRITABLE",
+)
+
+_OPEN = (
+    'umask 077; mkdir -p "$D" 2>/dev/null && [ -w "$D" ] '
+    f'|| {{ echo "{UNWRITABLE} cannot write $D as $(id -un)"; exit 4; }}\n'
+    f'command -v flock >/dev/null || {{ echo "{UNWRITABLE} flock(1) is missing"; exit 4; }}\n'
+)
+LOCK_SCRIPT = (
+    _OPEN + f'exec 9>>"$D/lock" || {{ echo "{UNWRITABLE} cannot open $D/lock"; exit 4; }}\n'
+    f'if ! flock -w 1 9; then echo {HELD}; cat "$D/holder.json" 2>/dev/null; exit 3; fi\n'
+    'printf "%s\\n" "$H" >"$D/holder.json.tmp" && mv -f "$D/holder.json.tmp" "$D/holder.json" '
+    f'|| {{ echo "{UNWRITABLE} cannot write $D/holder.json"; exit 4; }}\n'
+    f"echo {TAKEN}\n"
+    'while IFS= read -r -t "$T" _; do :; done\n'
+    ': >"$D/holder.json"\n'
+)
+PROBE_SCRIPT = (
+    f'[ -e "$D/lock" ] || {{ echo {FREE}; exit 0; }}\n'
+    f'exec 9<"$D/lock" || {{ echo "{UNWRITABLE} cannot read $D/lock"; exit 4; }}\n'
+    f'if flock -n 9; then echo {FREE}; else echo {HELD}; fi; cat "$D/holder.json" 2>/dev/null\n'
+)
+# Merge a JSON patch (stdin) into state.json: top-level keys replaced, `nodes` merged per node and
+# field; a node's first `joined` time is kept. Written to a temporary file and renamed.
+MERGE = r"""
+import json, os, sys
+path = sys.argv[1]
+try:
+    with open(path) as f:
+        state = json.load(f)
+except (OSError, ValueError):
+    state = {}
+patch = json.load(sys.stdin)
+for key, value in patch.items():
+    if key != "nodes":
+        state[key] = value
+        continue
+    nodes = state.setdefault("nodes", {})
+    for name, fields in value.items():
+        node = nodes.setdefault(name, {})
+        if node.get("joined"):
+            fields.pop("joined", None)
+        node.update(fields)
+tmp = path + ".tmp"
+with open(tmp, "w") as f:
+    json.dump(state, f, indent=1, sort_keys=True)
+    f.flush()
+    os.fsync(f.fileno())
+os.replace(tmp, path)
+print("KILN-STATE-SAVED")
+"""
+UPDATE_SCRIPT = (
+    _OPEN
+    + f'exec 8>>"$D/state.lock" && flock -w 30 8 || {{ echo "{UNWRITABLE} state.lock"; exit 4; }}\n'
+    'python3 -c "$M" "$D/state.json"\n'
+)
+READ_SCRIPT = '[ -r "$D/state.json" ] && cat "$D/state.json"; exit 0\n'
+
+
+def command(script: str, directory: str, **variables: str) -> str:
+    """The shell command that runs `script` with D=directory and the given variables: as the
+    login user when it can write there, else under `sudo -n`."""
+    assigned = "".join(f"{k}={shlex.quote(v)}\n" for k, v in {"D": directory, **variables}.items())
+    body = shlex.quote(assigned + script)
+    parent = shlex.quote(directory)
+    return (
+        f'if [ "$(id -u)" = 0 ] || {{ mkdir -p {parent} 2>/dev/null && [ -w {parent} ]; }}; '
+        f"then exec bash -c {body}; else exec sudo -n bash -c {body}; fi"
+    )
+
+
+class StateUnavailable(EnvironmentProblem):
+    """The controller's state directory cannot be used (unreachable, not writable, no flock)."""
+
+
+def _holder(lines: list[str]) -> LockInfo | None:
+    text = "\n".join(lines).strip()
+    if not text:
+        return None
+    try:
+        return LockInfo.from_dict(json.loads(text))
+    except ValueError:
+        return LockInfo("unknown", -1, "unknown", "unknown", "unknown")
+
+
+def _unavailable(where: str, lines: list[str]) -> StateUnavailable:
+    said = " ".join(line for line in lines if line.strip())[-300:]
+    said = said.replace(UNWRITABLE, "").strip() or "no answer"
+    return StateUnavailable(f"the state directory on {where} cannot be used: {said}")
+
+
+def _rest(session: Session, first: str | None = None) -> list[str]:
+    lines = [first] if first else []
+    try:
+        while (line := session.readline(5.0)) is not None:
+            lines.append(line)
+    except TimeoutError:
+        pass
+    return lines
+
+
+class ControllerLock:
+    """The cluster's provision lock on the controller; same shape as records.lock.InventoryLock."""
+
+    def __init__(
+        self,
+        remote: Remote,
+        inventory: str,
+        *,
+        run_id: str | None = None,
+        directory: str = DEFAULT_DIR,
+        ttl: int = TTL_S,
+        heartbeat: float = HEARTBEAT_S,
+    ) -> None:
+        self.remote = remote
+        self.inventory = inventory
+        self.run_id = run_id
+        self.directory = directory
+        self.ttl, self.heartbeat = ttl, heartbeat
+        self.where = f"controller {remote.where}:{directory}"
+        self.info: LockInfo | None = None
+        self.cleared_stale: LockInfo | None = None
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._session: Session | None = None
+
+    def acquire(self) -> LockInfo:
+        info = LockInfo.mine(self.inventory, self.run_id)
+        holder = json.dumps(asdict(info))
+        session = self.remote.open(command(LOCK_SCRIPT, self.directory, H=holder, T=str(self.ttl)))
+        try:
+            first = session.readline(ANSWER_S)
+        except TimeoutError:
+            session.close()
+            raise StateUnavailable(f"{self.remote.where} did not answer the lock request") from None
+        if first == TAKEN:
+            self._session, self.info = session, info
+            threading.Thread(target=self._beat, daemon=True, name="kiln-lock-heartbeat").start()
+            return info
+        lines = _rest(session, first)
+        session.close()
+        if first == HELD:
+            found = _holder(lines[1:])
+            raise EnvironmentProblem(
+                f"the cluster is locked on {self.where} by "
+                + (found.describe() if found else "another run (starting)"),
+                hint="wait for that run to end; the lock is freed when its SSH session closes "
+                f"(kiln unlock {self.inventory} shows the holder)",
+            )
+        raise _unavailable(self.remote.where, lines)
+
+    def _beat(self) -> None:
+        session = self._session
+        while session is not None and not self._stop.wait(self.heartbeat):
+            try:
+                session.send(b"\n")
+            except Exception:  # noqa: BLE001 - the channel is gone: so is the lock
+                self.lost.set()
+                return
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._session is not None:
+            self._session.close()  # EOF on the holder's stdin: it exits, the lock is dropped
+        self._session, self.info = None, None
+
+    def __enter__(self) -> ControllerLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def probe(remote: Remote, directory: str = DEFAULT_DIR) -> LockInfo | None:
+    """Who holds the lock on the controller now (None: nobody). Changes nothing."""
+    lines = run(remote, command(PROBE_SCRIPT, directory))
+    if lines and lines[0] == FREE:
+        return None
+    if lines and lines[0] == HELD:
+        return _holder(lines[1:]) or LockInfo("unknown", -1, "unknown", "unknown", "unknown")
+    raise _unavailable(remote.where, lines)
+
+
+def read_state(remote: Remote, directory: str = DEFAULT_DIR) -> dict:
+    """state.json on the controller ({} when there is none yet)."""
+    lines = run(remote, command(READ_SCRIPT, directory))
+    text = "\n".join(lines).strip()
+    if not text:
+        return {}
+    try:
+        state = json.loads(text)
+    except ValueError as error:
+        raise _unavailable(remote.where, [f"state.json is not JSON: {error}"]) from error
+    return state if isinstance(state, dict) else {}
+
+
+def update_state(remote: Remote, patch: dict, directory: str = DEFAULT_DIR) -> None:
+    """Merge `patch` into state.json on the controller, under its update lock."""
+    try:
+        lines = run(
+            remote,
+            command(UPDATE_SCRIPT, directory, M=MERGE),
+            stdin=json.dumps(patch).encode(),
+        )
+    except (RemoteUnavailable, TimeoutError) as error:
+        raise _unavailable(remote.where, [str(error)]) from error
+    if "KILN-STATE-SAVED" not in lines:
+        raise _unavailable(remote.where, lines)
