@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from kiln.burnin.judge import judge_run
 from kiln.inventory import require_valid
 
 pytestmark = pytest.mark.integration
@@ -134,6 +135,16 @@ def test_burnin_passes_then_drains_a_slowed_node_and_resumes_it(provisioned_sand
     assert "DRAIN" in state and f"Reason={reason} [" in state, state
     assert slow in _on_controller(cluster, "sinfo -R --noheader --format='%N|%E'")
     assert "No reservations" in _on_controller(cluster, "scontrol show reservation")
+    # The collection's compact file holds every node's GEMM and the all-reduce, and judging
+    # the record through it gives the report its own files give (the slowed node's drain too).
+    record = Path(doc["record"])
+    packed_text = (record / "results.compact").read_text()
+    assert all(f"G\t{n}\t" in packed_text for n in nodes), packed_text[:2000]
+    assert "A\tfabric-ring\t" in packed_text
+    packed = judge_run(record, cluster).to_dict()
+    (record / "results.compact").rename(tmp_path / "results.compact")
+    files = judge_run(record, cluster).to_dict()
+    assert packed == files and set(packed["summary"]["drain"]) == {slow}
 
     # 3. Quota restored: it passes again and kiln resumes the node it drained.
     rc, doc, stderr, third = _burnin(inventory, home, "--skip-runtime")

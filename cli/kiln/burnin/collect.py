@@ -5,6 +5,8 @@
 
 Over SSH (kiln.fleet), as root. A node that cannot be read is reported through `progress` and
 left out: its missing results are failures when the run is judged, never a smaller run.
+Each gemm and all-reduce result is stored as its own file and also appended, as one line, to
+the run's compact result file (kiln.judging.compact), which judging reads in one go.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from kiln.burnin.nccl_tests import complete_text
 from kiln.fabric.links import sysfs_dump_command
 from kiln.fleet import NodeResult, Status, run_command
 from kiln.inventory import Node
+from kiln.judging import compact
 from kiln.records.burnin import RunLayout
 from kiln.slurmctl.remote import as_root
 
@@ -64,6 +67,7 @@ def collect(
     nodes: list[Node], paths: Paths, run_id: str, layout: RunLayout, progress: Progress
 ) -> None:
     """Fetch every node's results of this run into the run record (and remove them there)."""
+    lines: list[str] = []
     for res in run_as_root(nodes, fetch_command(paths, run_id)):
         if res.status is not Status.OK:
             progress(f"{res.name}: results not fetched ({res.status}: {res.error})")
@@ -74,28 +78,46 @@ def collect(
             progress(f"{res.name}: unreadable results listing")
             continue
         for rel, text in files.items():
-            store(layout, res.name, rel, text)
+            lines.append(store(layout, res.name, rel, text))
+    append_compact(layout, lines)
 
 
-def store(layout: RunLayout, node: str, rel: str, text: str) -> None:
-    """One fetched file into the record; names outside the layout are dropped."""
+def append_compact(layout: RunLayout, lines: list[str]) -> None:
+    """Add result lines to the run's compact file (its header first when it is new)."""
+    text = "".join(lines)
+    if not text:
+        return
+    path = layout.root / compact.FILENAME
+    with path.open("a", encoding="utf-8") as out:
+        if out.tell() == 0:
+            out.write(compact.HEADER)
+        out.write(text)
+
+
+def store(layout: RunLayout, node: str, rel: str, text: str) -> str:
+    """One fetched file into the record; names outside the layout are dropped. Returns the
+    result's line for the compact file ("" for logs, InfiniBand reports, dropped names)."""
     parts = PurePosixPath(rel).parts
     if len(parts) != 2 or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
-        return
+        return ""
     kind, name = parts
+    line = ""
     if kind == "gemm" and name.endswith(".json"):
         target = layout.gemm(name[: -len(".json")])
+        line = compact.encode("gemm", target.stem, text)
     elif kind == "allreduce" and name.endswith(".json"):
         target = layout.allreduce(name[: -len(".json")])
         text = complete_text(text)  # nccl-tests' output parsed here: kiln.burnin.nccl_tests
+        line = compact.encode("allreduce", target.stem, text)
     elif kind == "ib" and name.endswith(".txt"):
         target = layout.root / "ib" / name  # <pair>-rail<k>.txt, from the client
     elif kind == "logs":
         target = layout.root / "logs" / node / name
     else:
-        return
+        return ""
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
+    return line
 
 
 def read_hcas(

@@ -84,15 +84,18 @@ def localise(busbw: Mapping[Pair, float], threshold: float) -> Localisation:
     """
     result = Localisation(threshold=threshold)
     edges: dict[str, list[tuple[str, bool, float]]] = {}
+    slow_count: dict[str, int] = {}
     for (a, b), value in busbw.items():
         slow = value < threshold
         edges.setdefault(a, []).append((b, slow, value))
         edges.setdefault(b, []).append((a, slow, value))
         if slow:
             result.slow_pairs.append((a, b, value))
+            slow_count[a] = slow_count.get(a, 0) + 1
+            slow_count[b] = slow_count.get(b, 0) + 1
     for node, links in edges.items():
-        slow = sum(s for _, s, _ in links)
-        result.tallies[node] = NodeTally(slow, len(links), median([v for _, _, v in links]))
+        values = [v for _, _, v in links]
+        result.tallies[node] = NodeTally(slow_count.get(node, 0), len(links), median(values))
 
     def suspicion(node: str) -> tuple[float, int, str]:
         tally = result.tallies[node]
