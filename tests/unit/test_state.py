@@ -209,6 +209,24 @@ def test_state_updates_merge_per_node_and_keep_the_first_join(tmp_path):
     assert oct(os.stat(where).st_mode & 0o777) == "0o700"
 
 
+def test_a_node_the_inventory_dropped_is_forgotten_and_joins_again_as_new(tmp_path):
+    """The node left the cluster (removed from the inventory, provisioned without it): when it
+    comes back it must be new again, quarantined until burn-in passes, not "joined"."""
+    remote, where = LocalRemote(), str(tmp_path / "kiln")
+    both = {"n1": {"joined": "t1"}, "n2": {"joined": "t1"}}
+    controller.update_state(remote, {"nodes": both}, where)
+    summary = {
+        "run_id": "R", "finished": "t2", "exit_code": 0,
+        "stages": [{"name": "slurm", "status": "ok"}], "hosts": {"n1": {"slurm": "ok"}},
+    }  # fmt: skip
+    controller.update_state(remote, doc.run_patch(summary, {}, "me", "c", ["n1"]), where)
+    state = controller.read_state(remote, where)
+    assert doc.joined_nodes(state) == {"n1"} and "members" not in state
+    # Without a member list (a verdict, an older kiln) nothing is forgotten.
+    controller.update_state(remote, doc.verdict_patch({"n1": "pass"}, "B", "t3"), where)
+    assert doc.joined_nodes(controller.read_state(remote, where)) == {"n1"}
+
+
 def test_run_patch_joins_only_nodes_through_every_stage():
     summary = {
         "run_id": "R", "check": False, "finished": "T", "exit_code": 1,
@@ -234,13 +252,129 @@ def _unreachable(cluster):
     raise RemoteUnavailable("ctl01 unreachable: port 22: Connection refused")
 
 
-def test_auto_falls_back_to_the_local_lock_and_says_why(tmp_path):
-    shared = backend.SharedState(_cluster(), state=tmp_path, remote_factory=_unreachable)
-    with shared:
-        assert shared.backend == "local"
-        assert "Connection refused" in shared.notes[0]
-        assert lock.read_lock(EXAMPLE, tmp_path) is not None
-    assert lock.read_lock(EXAMPLE, tmp_path) is None
+class NoSudoRemote(LocalRemote):
+    """A controller that answers over SSH, but whose login user cannot create the state
+    directory (not root, and sudo asks for a password): every lock or state command fails as
+    sudo does; the presence check (run as the login user, no sudo) is the real script."""
+
+    def open(self, command: str):
+        if "exec sudo -n" in command:
+            return super().open("echo 'sudo: a password is required'; exit 1")
+        return super().open(command)
+
+
+class SilentLockRemote(LocalRemote):
+    """A controller that answers, but whose lock request times out (a busy machine)."""
+
+    def open(self, command: str):
+        if controller.TAKEN in command:
+            raise TimeoutError("no answer in 30 s")
+        return super().open(command)
+
+
+def _slurm_run(state: Path, inventory: Path, slurm: str = "ok", check: bool = False) -> None:
+    """A run record in `state`: one node taken through (or failed at) the slurm stage."""
+    run = state / "runs" / "20261201T000000Z-abcdef"
+    run.mkdir(parents=True)
+    summary = {"run_id": run.name, "inventory": str(inventory.resolve()), "check": check,
+               "stages": [{"name": "base", "status": "ok"}, {"name": "slurm", "status": slurm}],
+               "hosts": {"gpu0001": {"base": "ok", "slurm": slurm}}}  # fmt: skip
+    (run / "summary.json").write_text(json.dumps(summary))
+
+
+def _refused(shared) -> str:
+    with pytest.raises(EnvironmentProblem) as refused:
+        shared.acquire()
+    assert refused.value.exit_code == ExitCode.ENVIRONMENT
+    assert lock.read_lock(EXAMPLE, shared.state) is None  # the local lock was let go too
+    return f"{refused.value.message} | {refused.value.hint}"
+
+
+def test_auto_never_falls_back_when_the_controller_does_not_answer(tmp_path):
+    """A transient SSH failure to the controller (fresh runner, no record here): exit 3,
+    never a local lock that a second runner on another machine could also take."""
+    said = _refused(backend.SharedState(_cluster(), state=tmp_path, remote_factory=_unreachable))
+    assert "cannot reach the controller's lock" in said and "Connection refused" in said
+    assert "retry" in said and "kiln_state.backend: local" in said
+
+
+def test_auto_never_falls_back_when_the_lock_request_times_out(tmp_path):
+    cluster = _cluster("auto", str(tmp_path / "ctl" / "state"))
+    said = _refused(backend.SharedState(
+        cluster, state=tmp_path / "a", remote_factory=lambda c: SilentLockRemote("ctl01")
+    ))  # fmt: skip
+    assert "cannot reach the controller's lock" in said
+
+
+def test_auto_falls_back_only_for_a_first_bring_up(tmp_path):
+    """The controller answers, has no state directory and cannot make one, and no run here
+    took the inventory through slurm: the local lock, said with why."""
+    where = tmp_path / "ctl" / "var-lib-kiln" / "state"
+    cluster = _cluster("auto", str(where))
+    factory = lambda c: NoSudoRemote("ctl01")  # noqa: E731
+    _slurm_run(tmp_path / "a", EXAMPLE, slurm="failed")  # reached slurm, joined nothing
+    with backend.SharedState(cluster, state=tmp_path / "a", remote_factory=factory) as shared:
+        assert shared.backend == "local" and shared.controller is None
+        assert "a password is required" in shared.notes[0]
+        assert "first bring-up" in shared.notes[0]
+        assert lock.read_lock(EXAMPLE, tmp_path / "a") is not None
+    assert lock.read_lock(EXAMPLE, tmp_path / "a") is None
+    assert not where.exists() and not where.parent.exists()  # the check created nothing
+
+
+def test_auto_refuses_the_fallback_once_a_run_here_took_the_cluster_through_slurm(tmp_path):
+    cluster = _cluster("auto", str(tmp_path / "ctl" / "state"))
+    _slurm_run(tmp_path / "a", EXAMPLE, slurm="changed")
+    said = _refused(backend.SharedState(
+        cluster, state=tmp_path / "a", remote_factory=lambda c: NoSudoRemote("ctl01")
+    ))  # fmt: skip
+    assert "run 20261201T000000Z-abcdef took this inventory through the slurm stage" in said
+    assert "kiln_state.backend: local" in said
+    # A check run (--check) changed nothing: it does not count as a bring-up.
+    assert backend.brought_up(EXAMPLE, tmp_path / "b") is None
+    _slurm_run(tmp_path / "b", EXAMPLE, check=True)
+    assert backend.brought_up(EXAMPLE, tmp_path / "b") is None
+
+
+def test_auto_refuses_the_fallback_when_the_state_directory_exists(tmp_path):
+    """The directory is there (another runner made it, or holds the lock in it) but this
+    runner cannot use it: exit 3, whatever the local records say."""
+    where = tmp_path / "ctl" / "state"
+    where.mkdir(parents=True)
+    said = _refused(backend.SharedState(
+        _cluster("auto", str(where)), state=tmp_path / "a",
+        remote_factory=lambda c: NoSudoRemote("ctl01"),
+    ))  # fmt: skip
+    assert "exists there" in said and "a password is required" in said
+
+
+@pytest.mark.parametrize(
+    ("layout", "absent"),
+    [("nothing", True), ("dir", False), ("file", False), ("under-a-file", False)],
+)
+def test_the_presence_check_says_absent_only_when_it_is_sure(tmp_path, layout, absent):
+    where = tmp_path / "var" / "kiln" / "state"
+    if layout == "dir":
+        where.mkdir(parents=True)
+    elif layout == "file":
+        where.parent.mkdir(parents=True)
+        where.write_text("")
+    elif layout == "under-a-file":
+        where.parent.parent.mkdir(parents=True)
+        where.parent.write_text("")
+    assert controller.state_dir_absent(LocalRemote(), str(where) + "/") is absent
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root searches any directory")
+def test_the_presence_check_cannot_see_through_an_unsearchable_parent(tmp_path):
+    closed = tmp_path / "kiln"
+    (closed / "state").mkdir(parents=True)
+    closed.chmod(0o600)
+    try:
+        assert controller.state_dir_absent(LocalRemote(), str(closed / "state")) is False
+        assert controller.state_dir_absent(LocalRemote(), str(closed / "other")) is False
+    finally:
+        closed.chmod(0o700)
 
 
 def test_backend_controller_refuses_an_unreachable_controller(tmp_path):

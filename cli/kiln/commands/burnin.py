@@ -20,6 +20,8 @@ import typer
 from kiln.burnin import BurninOptions, BurninOutcome, run_burnin, select_target
 from kiln.burnin.campaign import Progress
 from kiln.burnin.jobs import Paths
+from kiln.commands._output import output_dir, writing
+from kiln.commands._progress import StageDisplay
 from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
 from kiln.console import err, out, print_json, safe
 from kiln.errors import ExitCode, OperationFailed
@@ -58,7 +60,8 @@ def install_runtime(cluster: Cluster, names: list[str], paths: Paths) -> None:
             "burnin_workloads_src": str(workload_path("gemm").parent),
         },
     )
-    result = execute(make_plan(cluster, options))
+    with StageDisplay() as display:  # a package install is never silent
+        result = execute(make_plan(cluster, options), listener=display)
     if not result.ok:
         bad = result.failed_hosts + result.unreachable_hosts
         stopped = (result.stopped or {}).get("reason", "")
@@ -173,8 +176,14 @@ def burnin(
 
     Exit 0 every check passed, 1 failures or nodes not tested, 2 invalid input, 3 environment,
     130 interrupted.
+
+    Example:
+
+        kiln burnin inventories/sandbox --suite quick --output burnin-report
     """
     cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
+    if output is not None:
+        output_dir(output)  # exit 3 naming it, before the campaign starts
     start = time.monotonic()
 
     def progress(message: str) -> None:
@@ -202,9 +211,9 @@ def burnin(
     at = datetime.now(UTC).isoformat(timespec="seconds")
     err.print(f"[dim]{safe(push_verdicts(cluster, node_results(outcome), outcome.run_id, at))}[/]")
     if output is not None:
-        output.mkdir(parents=True, exist_ok=True)
         for name in ("report.json", "report.xml", "report.html"):
-            shutil.copy2(outcome.run_dir / name, output / name)
+            with writing(output / name):
+                shutil.copy2(outcome.run_dir / name, output / name)
     err.print(
         f"burn-in {outcome.suite.name} on {len(outcome.nodes)} node(s) in "
         f"{outcome.timings.get('total', 0):.0f}s: "

@@ -1,9 +1,12 @@
 """Which backend keeps a run's lock and the cluster's state, and the run's hold on them.
 
 `kiln_state.backend` in the inventory:
-  auto (default)  the controller (first host of kiln_controllers) when it answers over SSH with
-                  its state directory writable; else the local state dir, said in the output
-                  (the first provision: the controller is not set up yet)
+  auto (default)  the controller (first host of kiln_controllers) when its lock can be taken;
+                  the local state dir only for a cluster not brought up yet: the controller
+                  answered that its state directory does not exist (and it could not be made),
+                  and no run record here took this inventory through the slurm stage. Anything
+                  else (unreachable, timed out, a state directory that exists but fails) exits 3:
+                  a transient fault must never let two runners proceed on local locks.
   controller      the controller, or exit 3 naming why it cannot be used
   local           the local state dir only (one runner, one directory: today's behaviour)
 
@@ -26,13 +29,14 @@ from kiln.errors import EnvironmentProblem
 from kiln.fleet import settings_for
 from kiln.inventory import Cluster
 from kiln.records.lock import InventoryLock, LockInfo, read_lock
-from kiln.records.runs import provisioned_hosts, state_dir
+from kiln.records.runs import GOOD, provisioned_hosts, read_summary, state_dir
 from kiln.state import cluster as doc
 from kiln.state.controller import (
     ControllerLock,
     StateUnavailable,
     probe,
     read_state,
+    state_dir_absent,
     update_state,
 )
 from kiln.state.remote import Remote, RemoteUnavailable, SshRemote
@@ -127,16 +131,55 @@ class SharedState:
             self.controller, self.backend = lock, "controller"
         except (RemoteUnavailable, StateUnavailable, TimeoutError) as error:
             reason = getattr(error, "message", None) or str(error)
-            self._close_remote()
             if mode == "controller":
+                self._close_remote()
                 raise EnvironmentProblem(
                     f"kiln_state.backend is controller and {reason}",
                     hint="reach the controller (or set kiln_state.backend: local for a cluster "
                     "without one yet)",
                 ) from error
-            self.notes.append(f"state: local ({self.local.path.parent.parent}): {reason}")
+            refusal = self._refuse_local(error, reason)
+            self._close_remote()
+            if refusal is not None:
+                raise refusal from error
+            self.notes.append(
+                f"state: local ({self.local.path.parent.parent}): {reason}; the controller has "
+                f"no {self.spec.path} yet and no run here took this inventory through the slurm "
+                "stage (a first bring-up)"
+            )
             return
         self.notes.append(f"state: {self.controller.where}")
+
+    def _refuse_local(self, error: Exception, reason: str) -> EnvironmentProblem | None:
+        """Why `auto` must not fall back to the local lock after `error`; None when it may
+        (the cluster has not been brought up: see the module's docstring)."""
+        path = self.spec.path
+        unreachable = EnvironmentProblem(
+            f"cannot reach the controller's lock: {reason}",
+            hint="retry when the controller answers, or set kiln_state.backend: local if this "
+            "cluster has no controller yet (docs/gitops.md, Where state lives)",
+        )
+        if self.remote is None or not isinstance(error, StateUnavailable):
+            return unreachable  # no answer at all: nothing tells a first bring-up apart
+        try:
+            absent = state_dir_absent(self.remote, path)
+        except (RemoteUnavailable, StateUnavailable, TimeoutError):
+            return unreachable
+        if not absent:
+            return EnvironmentProblem(
+                f"cannot use the controller's lock: {reason} ({path} exists there, or cannot "
+                "be looked into: the cluster keeps its state there)",
+                hint=f"fix {path} on the controller, then retry",
+            )
+        run_id = brought_up(self.cluster.inventory_dir, self.state)
+        if run_id is not None:
+            return EnvironmentProblem(
+                f"cannot use the controller's lock: {reason}; run {run_id} took this inventory "
+                "through the slurm stage, so `auto` no longer falls back to the local lock",
+                hint=f"let the login user create {path} on the controller (root, or sudo -n), "
+                "or set kiln_state.backend: local to keep this cluster's lock in one state dir",
+            )
+        return None
 
     def joined(self) -> frozenset[str]:
         """Nodes that have joined: the controller's record, and this state dir's run records."""
@@ -149,7 +192,8 @@ class SharedState:
         if self.remote is None or self.controller is None:
             return
         versions = self.cluster.versions.model_dump()
-        patch = doc.run_patch(summary, versions, _me(), self.cluster.name)
+        members = [node.name for node in self.cluster.nodes]
+        patch = doc.run_patch(summary, versions, _me(), self.cluster.name, members)
         if patch is None:
             return
         try:
@@ -175,6 +219,24 @@ class SharedState:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def brought_up(inventory: Path, state: Path) -> str | None:
+    """The id of a run in this state dir that took a node of `inventory` through the slurm
+    stage (ok or changed): the cluster has been brought up. None when no run record says so."""
+    runs = state / "runs"
+    if not runs.is_dir():
+        return None
+    wanted = str(Path(inventory).resolve())
+    for path in sorted(runs.iterdir(), reverse=True):
+        if not (path / "summary.json").is_file():
+            continue  # a run in progress, or killed before its summary
+        summary = read_summary(path / "summary.json")
+        if summary.get("inventory") != wanted or summary.get("check"):
+            continue
+        if any((s or {}).get("slurm") in GOOD for s in (summary.get("hosts") or {}).values()):
+            return str(summary.get("run_id") or path.name)
+    return None
 
 
 def push_verdicts(

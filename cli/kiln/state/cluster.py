@@ -37,13 +37,19 @@ def joined_nodes(state: dict[str, Any]) -> set[str]:
 
 
 def run_patch(
-    summary: dict[str, Any], versions: dict[str, Any], by: str, cluster: str
+    summary: dict[str, Any],
+    versions: dict[str, Any],
+    by: str,
+    cluster: str,
+    members: list[str] | None = None,
 ) -> dict[str, Any] | None:
     """The update a provision run's summary makes (None for a check run: it changed nothing).
 
     A node joins when the run took it through every stage it ran (the refresh of the cluster-wide
     files aside), each ending ok or changed: the rule local records follow
-    (kiln.records.runs.provisioned_hosts). Versions are recorded for such nodes only.
+    (kiln.records.runs.provisioned_hosts). Versions are recorded for such nodes only. With
+    `members` (every host the inventory lists), nodes the inventory dropped are forgotten: a
+    node that left the cluster and comes back is new again, quarantined until burn-in passes.
     """
     if summary.get("check"):
         return None
@@ -70,12 +76,15 @@ def run_patch(
         nodes[host] = entry
     code = summary.get("exit_code", 1)
     result = "ok" if code == 0 else "interrupted" if code == 130 else "failed"
-    return {
+    patch = {
         "schema": SCHEMA,
         "cluster": cluster,
         "last_run": {"id": summary.get("run_id"), "result": result, "finished": finished, "by": by},
         "nodes": nodes,
     }
+    if members is not None:
+        patch["members"] = sorted(members)
+    return patch
 
 
 def verdict_patch(verdicts: dict[str, str], run_id: str, at: str) -> dict[str, Any]:

@@ -59,7 +59,9 @@ PROBE_SCRIPT = (
     f'if flock -n 9; then echo {FREE}; else echo {HELD}; fi; cat "$D/holder.json" 2>/dev/null\n'
 )
 # Merge a JSON patch (stdin) into state.json: top-level keys replaced, `nodes` merged per node and
-# field; a node's first `joined` time is kept. Written to a temporary file and renamed.
+# field; a node's first `joined` time is kept; with `members` (every host of the inventory), a
+# node the inventory no longer lists is forgotten, so it joins again as new when it comes back.
+# Written to a temporary file and renamed.
 MERGE = r"""
 import json, os, sys
 path = sys.argv[1]
@@ -69,6 +71,7 @@ try:
 except (OSError, ValueError):
     state = {}
 patch = json.load(sys.stdin)
+members = patch.pop("members", None)
 for key, value in patch.items():
     if key != "nodes":
         state[key] = value
@@ -79,6 +82,11 @@ for key, value in patch.items():
         if node.get("joined"):
             fields.pop("joined", None)
         node.update(fields)
+if members is not None:
+    members = set(members)
+    nodes = state.get("nodes", {})
+    for name in [name for name in nodes if name not in members]:
+        del nodes[name]
 tmp = path + ".tmp"
 with open(tmp, "w") as f:
     json.dump(state, f, indent=1, sort_keys=True)
@@ -93,6 +101,16 @@ UPDATE_SCRIPT = (
     'python3 -c "$M" "$D/state.json"\n'
 )
 READ_SCRIPT = '[ -r "$D/state.json" ] && cat "$D/state.json"; exit 0\n'
+# Whether the state directory exists, asked as the login user (never through sudo): the nearest
+# existing path above it must be a directory the user can search, else the answer is "present"
+# (an unsearchable /var/lib/kiln may hold it: in doubt, the cluster has state there).
+ABSENT, PRESENT = "KILN-STATE-ABSENT", "KILN-STATE-PRESENT"
+PRESENCE_SCRIPT = (
+    'p="$D"\n'
+    'while [ ! -e "$p" ] && [ "$p" != / ] && [ -n "$p" ]; do p=$(dirname "$p"); done\n'
+    f'if [ "$p" != "$D" ] && [ -d "$p" ] && [ -x "$p" ]; then echo {ABSENT}; '
+    f"else echo {PRESENT}; fi\n"
+)
 
 
 def command(script: str, directory: str, **variables: str) -> str:
@@ -231,6 +249,21 @@ def read_state(remote: Remote, directory: str = DEFAULT_DIR) -> dict:
     except ValueError as error:
         raise _unavailable(remote.where, [f"state.json is not JSON: {error}"]) from error
     return state if isinstance(state, dict) else {}
+
+
+def state_dir_absent(remote: Remote, directory: str = DEFAULT_DIR) -> bool:
+    """True only when the controller answers that nothing exists at `directory` (no kiln run
+    ever kept state there); False when it exists or cannot be looked into. Raises
+    RemoteUnavailable/TimeoutError when the controller does not answer, StateUnavailable on an
+    answer it does not understand."""
+    directory = directory.rstrip("/") or "/"
+    script = f"D={shlex.quote(directory)}\n" + PRESENCE_SCRIPT
+    lines = run(remote, f"exec bash -c {shlex.quote(script)}")
+    if ABSENT in lines:
+        return True
+    if PRESENT in lines:
+        return False
+    raise _unavailable(remote.where, lines)
 
 
 def update_state(remote: Remote, patch: dict, directory: str = DEFAULT_DIR) -> None:
