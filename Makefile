@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+RUNTIME_STAMP := $(VENV)/.installed-runtime
 # molecule calls ansible-* by name; kiln's own venv comes first.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PYTHONUNBUFFERED := 1
@@ -14,11 +15,11 @@ MOLECULE_SCENARIOS := $(notdir $(wildcard molecule/*))
 # render the HTML burn-in report.
 SYSTEM_PACKAGES := openssh-server openssh-client chromium
 
-.PHONY: help deps system-deps lint test test-unit test-local test-integration test-molecule docker \
+.PHONY: help deps deps-runtime system-deps lint test test-unit test-local test-integration test-molecule docker \
 	sandbox sandbox-down demo bench bench-remote gpu-check clean
 
 help:
-	@echo "make demo        bring up the Docker sandbox cluster, provision it and burn it in"
+	@echo "make demo        the Docker sandbox: provision, nodes quarantined, burn-in, resumed (~6 min, then ~2)"
 	@echo "make test        lint, unit and local tests, then the Docker tier (what CI runs)"
 	@echo "make test-unit   the fast loop: unit tests only (no Ansible runs, torch, sshd or browser)"
 	@echo "make test-local  the local tier: real Ansible runs, torch, sshd and chromium here (no Docker)"
@@ -27,14 +28,26 @@ help:
 	@echo "make gpu-check   checks that need an NVIDIA GPU (skipped without one)"
 
 # The virtual environment, reinstalled when pyproject.toml or the pinned versions change; every
-# package at the version in constraints.txt (what CI tested).
+# package at the version in constraints.txt (what CI tested). `deps`: kiln with the development
+# extras (pytest, linters, molecule, torch) for the tests; `deps-runtime`: kiln alone, all
+# `make demo` needs on this machine (the nodes carry their own burn-in runtime).
+VENV_CREATE = $(PYTHON) -m venv $(VENV) || { apt-get update -qq && apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV); }
+
 $(STAMP): pyproject.toml constraints.txt
-	$(PYTHON) -m venv $(VENV) || { apt-get update -qq && apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV); }
+	$(VENV_CREATE)
 	$(BIN)/pip install -q -c constraints.txt --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	touch $@ $(RUNTIME_STAMP)
+
+$(RUNTIME_STAMP): pyproject.toml constraints.txt
+	$(VENV_CREATE)
+	$(BIN)/pip install -q -c constraints.txt --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e .
 	touch $@
 
 deps: $(STAMP)
+
+deps-runtime: $(RUNTIME_STAMP)
 
 # Installs what is missing when root on Debian; elsewhere the tests that need them skip and say so.
 system-deps:
@@ -64,7 +77,7 @@ test-local: deps system-deps
 docker:
 	bash scripts/ensure-docker.sh
 
-sandbox: deps docker
+sandbox: deps-runtime docker
 	$(BIN)/kiln sandbox up --nodes 2
 
 sandbox-down: deps
@@ -81,10 +94,9 @@ test-molecule: deps docker
 
 test: lint test-unit test-local test-integration test-molecule
 
-demo: deps docker
-	$(BIN)/kiln sandbox up --nodes 2
-	$(BIN)/kiln provision inventories/sandbox --yes
-	$(BIN)/kiln burnin inventories/sandbox --suite quick
+# kiln's real flow: nodes join quarantined, burn-in passes, kiln resumes them (scripts/demo.sh).
+demo: deps-runtime docker
+	KILN=$(BIN)/kiln bash scripts/demo.sh
 
 bench: deps
 	$(BIN)/python bench/inventory_scale.py

@@ -12,6 +12,11 @@ Both tools run the command through the login user's shell; Debian's bash sources
 SSH commands, and a heavy one (pyenv init: ~0.2 s) then dominates both. `--plain-user` (root
 only) logs in as a throwaway user with /bin/sh and an empty home instead (useradd, removed
 afterwards), so the figures show the tools' own cost.
+
+`--before SRC` also times a second kiln source tree (e.g. `git archive HEAD cli | tar -x -C
+/tmp/before`, then `--before /tmp/before/cli`): each of --repeat rounds runs both, in turn, on
+the same sshd (paired), both must answer on every node; min and median of each and the ratio
+after/before of the mins (issue 21: the fabric-based fan-out may lose at most 10%).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import json
 import os
 import pwd
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -75,7 +81,12 @@ def timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float,
     proc = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
-        sys.exit(f"{command[0]} failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr}")
+        bad = ""
+        with contextlib.suppress(ValueError, KeyError):
+            nodes = json.loads(proc.stdout)["nodes"]
+            bad = "".join(f"{n['name']}: {n['error']}\n" for n in nodes if n["status"] != "ok")
+        sys.exit(f"{command[0]} failed ({proc.returncode}):\n{bad or proc.stdout[-2000:]}"
+                 f"{proc.stderr}")  # fmt: skip
     return wall, proc.stdout
 
 
@@ -85,6 +96,8 @@ def main() -> int:
     parser.add_argument("--fanout", type=int, default=64)
     parser.add_argument("--skip-ansible", action="store_true")
     parser.add_argument("--plain-user", action="store_true", help="see the module docstring")
+    parser.add_argument("--before", type=Path, help="another kiln source tree (its cli/)")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds (paired with --before)")
     args = parser.parse_args()
     if not SSHD.exists():
         sys.exit(f"{SSHD} is missing: apt-get install openssh-server")
@@ -97,12 +110,26 @@ def main() -> int:
             names = ["ctl01"] + [f"gpu{i:03d}" for i in range(1, args.hosts)]
             hosts = dict(zip(names, addresses, strict=True))
             inventory = server.write_inventory(root, hosts, user=user)
-            kiln_s, out = timed(
-                [str(BIN / "kiln"), "exec", str(inventory), "--fanout", str(args.fanout),
-                 "--json", "--", "true"]
-            )  # fmt: skip
-            counts = json.loads(out)["counts"]
-            assert counts["ok"] == args.hosts, counts
+            kiln = [str(BIN / "kiln"), "exec", str(inventory), "--fanout", str(args.fanout),
+                    "--json", "--", "true"]  # fmt: skip
+            sides = {"kiln": None}
+            if args.before:
+                sides["before"] = {**os.environ, "PYTHONPATH": str(args.before.resolve())}
+            walls: dict[str, list[float]] = {side: [] for side in sides}
+            for _ in range(args.repeat):
+                for side, side_env in sides.items():
+                    wall, out = timed(kiln, side_env)
+                    counts = json.loads(out)["counts"]
+                    assert counts["ok"] == args.hosts, (side, counts)
+                    walls[side].append(wall)
+            kiln_s = min(walls["kiln"])
+            if args.before:
+                for side, times in walls.items():
+                    median = statistics.median(times)
+                    print(f"kiln exec {side:<6} min {min(times):6.2f} s  median {median:6.2f} s")
+                ratio = kiln_s / min(walls["before"])
+                verdict = "meets" if ratio <= 1.10 else "misses"
+                print(f"ratio after/before: {ratio:.3f} ({verdict} the goal of <= 1.10)")
             login = f"as {user or 'the current user'}"
             print(f"kiln exec  {args.hosts} hosts, fanout {args.fanout}, {login}: {kiln_s:6.2f} s")
             if args.skip_ansible:

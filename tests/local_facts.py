@@ -22,6 +22,8 @@ def local_facts(tmp_path: Path) -> tuple[dict, dict]:
     inventory.mkdir()
     (inventory / "hosts.yml").write_text(
         "all:\n"
+        "  vars:\n"
+        "    kiln_state: {backend: local}\n"  # ctl is a placeholder: no controller to lock on
         "  children:\n"
         "    kiln_controllers:\n"
         "      hosts:\n"

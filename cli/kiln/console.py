@@ -1,23 +1,54 @@
 """The output contract: diagnostics and progress on stderr, data on stdout.
 
 rich decides colour from the stream: plain text when stderr is not a TTY (pipelines), and
-NO_COLOR is honoured by rich itself.
+NO_COLOR is honoured by rich itself. Off a terminal (a pipe, a log, CI) the page is
+OFF_TERMINAL_WIDTH wide unless COLUMNS says otherwise, so tables never cut a host name to fit
+80 columns; on a terminal `folded` tables wrap a long cell over lines instead of cutting it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 
-JSON_SCHEMA_VERSION = 1
+if TYPE_CHECKING:  # rich.table loads on the first table, not on the path of `kiln --help`
+    from rich.table import Table
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
+JSON_SCHEMA_VERSION = 1
+OFF_TERMINAL_WIDTH = 200
+NAME_COLUMNS = {"host", "node", "name"}  # never narrower than their longest cell (up to 64)
+
+
+def page_width(stream: IO[str]) -> int | None:
+    """None (rich asks the terminal) on a terminal or where COLUMNS is set; wide otherwise."""
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return None if tty or os.environ.get("COLUMNS") else OFF_TERMINAL_WIDTH
+
+
+err = Console(stderr=True, highlight=False, soft_wrap=True, width=page_width(sys.stderr))
+out = Console(highlight=False, soft_wrap=True, width=page_width(sys.stdout))
+
+
+def folded(table: Table) -> Table:
+    """The table with every column folding a long cell over lines instead of cutting it, and
+    name columns (host, node, name) as wide as their longest name."""
+    from rich.text import Text
+
+    for column in table.columns:
+        column.overflow, column.no_wrap = "fold", False
+        if str(column.header).lower() in NAME_COLUMNS:
+            cells = [c if isinstance(c, Text) else Text.from_markup(str(c)) for c in column.cells]
+            column.min_width = min(64, max((c.cell_len for c in cells), default=0)) or None
+    return table
 
 
 # ANSI/VT escape sequences (CSI such as colours and cursor moves, OSC such as window titles and

@@ -117,6 +117,18 @@ def test_a_failing_check_drains_its_node_and_resumes_only_its_own_drain(
         assert state_now[OTHER][0] == "idle", state_now
         last = json.loads(on(FAULTY, "cat", "/var/lib/kiln/health/last.json"))
         assert last["ok"] is False and last["action"]["verb"] in ("drain", "none")
+        # `kiln status --health` shows each node's last result, read over SSH.
+        status = subprocess.run(
+            [KILN, "status", str(inventory), "--health", "--json"],
+            capture_output=True, text=True, timeout=300, check=False,
+            env={**os.environ, "KILN_HOME": str(state)},
+        )  # fmt: skip
+        assert status.returncode == 0, status.stderr[-3000:]
+        cells = {n["name"]: n.get("health") for n in json.loads(status.stdout)["nodes"]}
+        assert cells[FAULTY]["ok"] is False, cells
+        assert cells[FAULTY]["text"].startswith(f"FAIL mount: mount {MOUNT} missing"), cells
+        assert cells[OTHER]["ok"] is True, cells
+        assert f"unhealthy at their last check: {FAULTY}" in status.stderr
 
         # Cleared, with auto_resume off: the health drain stays.
         edit_expectations(FAULTY, mounts=[])

@@ -1,10 +1,11 @@
 """Quarantine: new nodes, and nodes whose hardware changed, join drained until burn-in passes.
 
-The sandbox inventory turns quarantine off so the demo runs jobs at once; these tests turn it
-on in a copy, as a real site would have it. The first checks the drain, its reason and that a
-second apply changes nothing; the second adds a node with `kiln provision --new-nodes` while a
-thread polls Slurm throughout, and checks that Slurm never shows the node schedulable before
-its burn-in passes (it is drained before slurmd first registers it).
+The sandbox inventory has quarantine on, as a real site would (the session fixture burns the
+nodes in, so tests start from idle nodes); these tests work on a copy. The first checks the
+drain, its reason and that a second apply changes nothing; the second adds a node with
+`kiln provision --new-nodes` while a thread polls Slurm throughout, and checks that Slurm never
+shows the node schedulable before its burn-in passes (it is drained before slurmd first
+registers it).
 """
 
 from __future__ import annotations
@@ -86,8 +87,8 @@ def test_new_and_changed_nodes_join_drained_and_kiln_resumes_them(provisioned_sa
             assert quarantined(reason, "new node"), reason
 
         # A second apply changes nothing: the nodes are known now.
-        again = kiln("provision", str(inventory), "--stages", "slurm", "--yes", "--json",
-                     state=state)  # fmt: skip
+        again = kiln("provision", str(inventory), "--stages", "slurm", "--full", "--yes",
+                     "--json", state=state)  # fmt: skip
         assert again.returncode == 0, again.stderr[-3000:]
         assert '"changed": 0' in again.stdout
 

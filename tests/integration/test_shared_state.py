@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.integration
 
@@ -105,3 +107,27 @@ def test_a_fresh_runner_finds_no_new_node(sandbox, tmp_path):
     summary = json.loads(proc.stdout)
     assert summary["new_nodes"]["new"] == []
     assert sorted(summary["new_nodes"]["existing"]) == sorted(n.name for n in sandbox.nodes)
+
+
+def test_an_unreachable_controller_refuses_the_run_instead_of_a_local_lock(sandbox, tmp_path):
+    """kiln_state.backend auto (the default), the controller's SSH port closed (a transient
+    fault, as far as kiln can tell): exit 3 before anything runs, never a local-lock fallback
+    that a second runner on another machine could take too (docs/gitops.md, the fallback rule)."""
+    inventory = tmp_path / "inventory"
+    shutil.copytree(sandbox.inventory, inventory)
+    hosts = inventory / "hosts.yml"
+    settings = yaml.safe_load(hosts.read_text())
+    controllers = settings["all"]["children"]["kiln_controllers"]["hosts"]
+    controllers[CONTROLLER]["ansible_port"] = 1  # nothing listens there: connection refused
+    hosts.write_text(yaml.safe_dump(settings, sort_keys=False))
+    home = tmp_path / "runner"
+    proc = subprocess.run(
+        [KILN, "provision", str(inventory), "--stages", "base", "--yes"],
+        capture_output=True, text=True, cwd=REPO, timeout=300, check=False,
+        env={**os.environ, "KILN_HOME": str(home)},
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "cannot reach the controller's lock" in proc.stderr, proc.stderr[-3000:]
+    assert "kiln_state.backend: local" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())  # ran nothing

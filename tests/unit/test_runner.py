@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sys
 from pathlib import Path
@@ -640,7 +641,8 @@ def test_real_local_run_flows_events_and_stats_end_to_end(tmp_path):
 
 @pytest.mark.local
 def test_real_run_sends_one_compact_event_per_host_task(tmp_path):
-    """kiln's awx_display: no runner_on_start, ok results carry only `changed`, a failure keeps
+    """kiln's awx_display: no runner_on_start, ok results carry only `changed` (and a managed
+    file's, package's or service's names), a failure keeps
     its whole result; per-host results, the recap and the displayed stdout are unchanged."""
     local_cluster(tmp_path / "inv", ["n1", "n2"], fail=("n2",))
 
@@ -666,7 +668,12 @@ def test_real_run_sends_one_compact_event_per_host_task(tmp_path):
     kinds = [event["event"] for event in recorder.seen]
     assert "runner_on_start" not in kinds
     oks = [e["event_data"] for e in recorder.seen if e["event"] == "runner_on_ok"]
-    assert oks and all(set(data["res"]) == {"changed"} for data in oks)
+    plain = [d for d in oks if d["task"] != "Write a marker file"]
+    assert plain and all(set(data["res"]) == {"changed"} for data in plain)
+    # a task that manages a file also carries what kiln.runner.manifest reads (kiln.drift)
+    (marker,) = [d for d in oks if d["task"] == "Write a marker file"]
+    assert marker["res"]["dest"].endswith("/n1") and "content" not in str(marker["res"])
+    assert recorder.managed["n1"].to_dict()["files"] == [marker["res"]["dest"]]
     assert {(d["host"], d["task"], d["res"]["changed"]) for d in oks} >= {
         ("n1", "Say hello", False),
         ("n1", "Write a marker file", True),
@@ -733,7 +740,7 @@ def test_provision_of_a_bad_inventory_exits_2_before_anything(tmp_path, monkeypa
 
 
 def test_plain_progress_lines_when_stderr_is_not_a_tty(tmp_path, inventory, fake_runner, capsys):
-    from kiln.commands.provision import LiveDisplay
+    from kiln.commands._progress import StageDisplay as LiveDisplay
 
     fake_runner.script.update(
         events=[
@@ -753,7 +760,7 @@ def test_plain_progress_lines_when_stderr_is_not_a_tty(tmp_path, inventory, fake
             listener=display,
             state=tmp_path / "state",
         )
-    lines = capsys.readouterr().err.splitlines()
+    lines = [re.sub(r"^\d\d:\d\d:\d\d ", "", line) for line in capsys.readouterr().err.splitlines()]
     assert lines == [
         "base: 1 host(s) in 1 batch(es)",
         "base: task Install",
@@ -777,7 +784,8 @@ def _failing_events(message: str) -> list[dict]:
 
 def test_host_message_with_markup_is_printed_as_data(tmp_path, inventory, fake_runner, capsys):
     """The crash of issue 18: `[/dev/sda]` in a host's error was read as a closing tag."""
-    from kiln.commands.provision import LiveDisplay, render_summary
+    from kiln.commands._progress import StageDisplay as LiveDisplay
+    from kiln.commands.provision import render_summary
     from kiln.runner.result import RunResult
 
     message = "mkfs failed on [/dev/sda]: [bold]busy[/] \x1b[31mred\x1b[0m\x07"
@@ -790,7 +798,9 @@ def test_host_message_with_markup_is_printed_as_data(tmp_path, inventory, fake_r
             state=tmp_path / "state",
         )
     shown = "mkfs failed on [/dev/sda]: [bold]busy[/] red\\x07"
-    assert f"base: n1 failed: {shown}" in capsys.readouterr().err.splitlines()
+    assert any(
+        line.endswith(f" base: n1 failed: {shown}") for line in capsys.readouterr().err.splitlines()
+    )
     assert summary["failed_hosts"] == ["n1"] and summary["exit_code"] == ExitCode.FAILED
     result = RunResult(**{k: summary[k] for k in ("run_id", "inventory", "cluster", "record")},
                        check=False, limit=None, retry_failed=False, batch_size="100%",

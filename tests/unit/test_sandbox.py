@@ -43,7 +43,7 @@ def test_group_vars_use_tilde_paths_with_the_default_state_dir(default_paths) ->
     assert yaml.safe_load(text) == {
         "kiln_cluster_name": "sandbox",
         "kiln_versions": {"driver_branch": 535, "cuda": "12.2", "nccl": "2.18.5", "slurm": "22.05"},
-        "kiln_slurm": {"cgroup": False, "quarantine_new_nodes": False},
+        "kiln_slurm": {"cgroup": False, "quarantine_new_nodes": True},
         "base_hostname_manage": False,
         "base_hosts_unsafe_writes": True,
         "base_chrony_start": False,

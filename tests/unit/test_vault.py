@@ -21,7 +21,7 @@ import pytest
 from kiln.app import main
 from kiln.errors import ExitCode, InvalidInputError
 from kiln.inventory import load_cluster, require_valid
-from kiln.inventory.redact import REDACTED, redact, secret_strings
+from kiln.inventory.redact import REDACTED, redact, secret_keys, secret_strings
 from kiln.inventory.vault import VaultConfig, activate
 from kiln.plan import PlanOptions, make_plan
 from kiln.plan.stages import Stage
@@ -247,6 +247,41 @@ def test_secret_strings_are_every_plaintext_and_ciphertext_of_the_inventory():
     assert any(text.startswith("$ANSIBLE_VAULT;1.2;AES256;fixture") for text in found)
 
 
+def test_every_value_of_a_whole_encrypted_file_is_secret_to_the_records():
+    """group_vars/kiln_compute.yml is encrypted whole: besides ansible_become_password (a
+    secret key) it holds kiln_bmc_user: operator. kiln reads it as a plain string; the records
+    redact it by key and by text."""
+    cluster = require_valid(INVENTORY, VaultConfig.build([str(PASSWORD)], None, {}))
+    gpu02 = cluster.node("gpu02").hostvars
+    assert gpu02["kiln_bmc_user"] == "operator" and isinstance(gpu02["kiln_bmc_user"], str)
+    assert cluster.node("gpu01").hostvars["kiln_bmc_user"] == "admin"  # host_vars, plain
+    hostvars = [node.hostvars for node in cluster.nodes]
+    assert "operator" in secret_strings(hostvars) and "admin" not in secret_strings(hostvars)
+    assert secret_keys(hostvars) == {
+        "kiln_bmc_user", "ansible_become_password", "kiln_munge_key", "kiln_bmc_password",
+    }  # fmt: skip
+    copy = json.loads(json.dumps({"gpu02": gpu02, "kiln_cluster_name": "vaulted"}, default=str))
+    redacted = redact(copy, secret_strings(hostvars), secret_keys(hostvars))
+    assert redacted["gpu02"]["kiln_bmc_user"] == REDACTED
+    assert redacted["kiln_cluster_name"] == "vaulted"  # a plain file's value stays
+    assert redact("ipmitool -U operator failed", secret_strings(hostvars)) == (
+        f"ipmitool -U {REDACTED} failed"
+    )
+
+
+def test_sealed_values_of_any_type_and_depth_are_redacted():
+    from kiln.inventory.yamlfile import SealedInt, seal
+
+    data = seal({"port": 623, "ratio": 0.5, "on": True, "nested": {"names": ["n1", "node-b"]}})
+    assert isinstance(data["port"], SealedInt) and data["port"] == 623 and data["on"] is True
+    assert redact({"vars": data}) == {
+        "vars": {"port": REDACTED, "ratio": REDACTED, "on": True,
+                 "nested": {"names": [REDACTED, REDACTED]}},
+    }  # fmt: skip
+    assert secret_keys([data]) == {"port", "ratio", "nested"}
+    assert secret_strings([data]) == {"node-b"}  # text search: 4 characters and more
+
+
 # --- a run: refused without a password; private and secret-free with one -----------------------
 
 
@@ -318,7 +353,7 @@ def test_the_run_record_is_private_and_holds_no_secret(tmp_path, monkeypatch):
     }
     for path in files:
         text = path.read_text(errors="replace")
-        for secret in (*PLAINTEXTS, "$ANSIBLE_VAULT", "become-secret"):
+        for secret in (*PLAINTEXTS, "$ANSIBLE_VAULT", "become-secret", "operator"):
             assert secret not in text, f"{secret!r} in {path}"
         if record in path.parents:
             assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, path

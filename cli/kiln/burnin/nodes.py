@@ -105,7 +105,7 @@ def wait_for(
             progress(f"gave up waiting after {minutes:g} min; still busy: {describe(held)}")
             break
         text = describe(held)
-        if text != said or now - said_at >= 300:  # on a change, else every 5 minutes
+        if text != said or now - said_at >= 10:  # on a change, else every 10 s (never silent)
             progress(f"waiting for {len(held)} busy node(s), {left / 60:.0f} min left: {text}")
             said, said_at = text, now
         clock.sleep(poll_seconds)

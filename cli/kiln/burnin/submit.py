@@ -22,6 +22,7 @@ from kiln.errors import OperationFailed
 from kiln.slurmctl import commands
 
 SUBMIT_CHUNK = 20  # job scripts per sbatch exec on the controller
+HEARTBEAT_S = 10.0  # a line at least this often while jobs run, even when nothing changed
 
 
 class JobQueue:
@@ -78,17 +79,18 @@ class JobQueue:
         # Queueing behind running jobs, then run; jobs that queue behind ours on the same nodes
         # (the InfiniBand rounds) add their own limit.
         deadline = self.clock.monotonic() + 2 * limit_minutes * 60 + 60 + queued
-        last = ""
+        last, started = "", self.clock.monotonic()
+        shown = started
         pending: dict[str, str] = {}
         while True:
             text = self.best_effort(commands.squeue(ids))
             states = [line.split("|") for line in text.splitlines() if "|" in line]
             if not states:
                 break
-            summary = _count_states(states)
-            if summary != last:
-                self.progress(f"{what}: {summary}")
-                last = summary
+            summary, now = _count_states(states), self.clock.monotonic()
+            if summary != last or now - shown >= HEARTBEAT_S:  # never silent for long
+                self.progress(f"{what}: {summary} ({now - started:.0f}s)")
+                last, shown = summary, now
             if self.clock.monotonic() > deadline:
                 pending = {
                     names[row[0]]: row[2] if len(row) > 2 else "pending"

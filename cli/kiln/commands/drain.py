@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
-from kiln.console import err, out, print_json, safe
+from kiln.console import err, folded, out, print_json, safe
 from kiln.errors import ExitCode
 from kiln.fleet import select_nodes
 from kiln.inventory import require_valid
@@ -40,7 +40,7 @@ def render(result: OpResult, inventory: Path, json_: bool) -> int:
                 f"[{style}]{change.action}[/]",
                 safe(change.message),
             )
-        out.print(table)
+        out.print(folded(table))
     counts = ", ".join(f"{n} {action}" for action, n in sorted(result.counts().items()))
     err.print(
         f"{result.operation}: {counts}"
@@ -74,6 +74,10 @@ def drain(
     Exit 0 when every selected node is drained or draining; 1 when a node is unknown to Slurm
     or the update failed; 2 on invalid input (bad reason, selector matching nothing): nothing
     was touched.
+
+    Example:
+
+        kiln drain inventories/sandbox kiln-node01 --reason "replace DIMM B2"
     """
     cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     selected = select_nodes(cluster, nodes)

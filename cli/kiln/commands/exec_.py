@@ -83,6 +83,10 @@ def exec_(
 
     Exit 0 when every node exits 0; 1 when any fails, times out or is unreachable; 2 on an invalid
     inventory or a selector that matches nothing.
+
+    Example:
+
+        kiln exec inventories/sandbox --nodes kiln_compute -- nproc
     """
     cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     text = command[0] if len(command) == 1 else shlex.join(command)

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from kiln.commands._output import output_file, writing
 from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
 from kiln.console import clean, err, print_json, safe
 from kiln.errors import ExitCode, InvalidInputError
@@ -56,8 +57,14 @@ def topology(
     Exit 0 on success (1 with --strict when they disagree); 2 on an invalid inventory or
     unreadable input (a file or stdin with no usable ibnetdiscover output). Diagnostics mixed
     into the output (stderr captured with it) are skipped, each named by its line.
+
+    Example:
+
+        kiln fabric topology inventories/example-h100 --from ibnetdiscover.txt -o topology.conf
     """
     cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
+    if output is not None:
+        output_file(output)  # exit 3 naming it, before ibnetdiscover runs
     if from_ is None:
         target = ibnetdiscover_node(cluster, node)
         err.print(f"running ibnetdiscover on {target.name} ...")
@@ -76,8 +83,8 @@ def topology(
             hint="give the standard output of an `ibnetdiscover` that reached the fabric",
         ) from error
     if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(result.conf)
+        with writing(output):
+            output.write_text(result.conf)
         err.print(f"wrote {output}")
     if json_:
         print_json("fabric topology", result.to_dict())

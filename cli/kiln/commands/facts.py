@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from kiln.console import out, print_json, safe
+from kiln.console import folded, out, print_json, safe
 from kiln.errors import EnvironmentProblem
 from kiln.records.runs import last_run_with
 
@@ -44,7 +44,12 @@ def facts(
     inventory: Annotated[Path, typer.Argument(help="The inventory directory.")],
     json_: Annotated[bool, typer.Option("--json", help="Print the facts as JSON.")] = False,
 ) -> int:
-    """Print the facts saved by the last preflight run on INVENTORY."""
+    """Print the facts saved by the last preflight run on INVENTORY.
+
+    Example:
+
+        kiln facts inventories/sandbox
+    """
     record = last_run_with(inventory, "preflight")
     if record is None:
         raise EnvironmentProblem(
@@ -84,5 +89,5 @@ def facts(
             _bmc(item),
         )
         table.add_row(*map(safe, cells))  # facts are what the nodes said: data, never markup
-    out.print(table)
+    out.print(folded(table))
     return 0

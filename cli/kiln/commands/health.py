@@ -37,6 +37,10 @@ def health(
 
     Exit 0 when every node is healthy; 1 when any is not, or does not answer; 2 on an invalid
     inventory or a selector that matches nothing.
+
+    Example:
+
+        kiln health inventories/sandbox --nodes kiln-node01
     """
     cluster = require_valid(inventory)
     selected = select_nodes(cluster, nodes or "kiln_compute")

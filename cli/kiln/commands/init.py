@@ -27,7 +27,12 @@ def init(
     name: Annotated[str, typer.Option("--name", help="kiln_cluster_name.")] = "example",
     force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")] = False,
 ) -> int:
-    """Write a starting inventory: one controller and N 8x H100 nodes in racks of 32."""
+    """Write a starting inventory: one controller and N 8x H100 nodes in racks of 32.
+
+    Example:
+
+        kiln init mycluster --example --nodes 4
+    """
     if not example:
         raise InvalidInputError("say which inventory to write", hint="pass --example")
     if directory.exists() and any(directory.iterdir()) and not force:

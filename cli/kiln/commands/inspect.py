@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
-from kiln.console import err, out, print_json, safe
+from kiln.console import err, folded, out, print_json, safe
 from kiln.errors import ExitCode, InvalidInputError
 from kiln.fleet import select_nodes
 from kiln.inventory import require_valid
@@ -25,7 +25,7 @@ def render_table(found: Inspection) -> None:
     for row in found.rows:
         shown = f"[bold red]{safe(row.shown)}[/]" if row.match is False else safe(row.shown)
         table.add_row(safe(row.item), safe(row.declared), shown, MARK[row.match])
-    out.print(table)
+    out.print(folded(table))
 
 
 def inspect(
@@ -40,6 +40,10 @@ def inspect(
 
     Exit 0 when the node matches its declaration; 1 when something differs or the node cannot
     be reached; 2 on invalid input.
+
+    Example:
+
+        kiln inspect inventories/sandbox kiln-node01
     """
     cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     selected = select_nodes(cluster, node)

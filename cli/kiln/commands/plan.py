@@ -8,8 +8,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from kiln.commands._output import output_dir, writing
 from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
-from kiln.console import err, out, print_json
+from kiln.console import err, folded, out, print_json
 from kiln.errors import ExitCode, InvalidInputError
 from kiln.inventory import require_valid
 from kiln.inventory.batches import BATCH_SIZE
@@ -34,7 +35,7 @@ def render(plan: Plan, output: Path | None, changed_files: list[str]) -> None:
         table.add_row(
             stage.name, str(len(stage.hosts)), str(len(stage.batches)), first, stage.summary
         )
-    out.print(table)
+    out.print(folded(table))
     rolls = [(stage.name, roll) for stage in plan.stages if (roll := plan.rolling(stage))]
     if rolls:
         out.print("Disruptive changes, rolled batch by batch (docs/operations.md):")
@@ -49,7 +50,7 @@ def render(plan: Plan, output: Path | None, changed_files: list[str]) -> None:
         files.add_row(
             generated.name + status, str(generated.content.count("\n")), generated.sha256[:16]
         )
-    out.print(files)
+    out.print(folded(files))
     if output is not None:
         err.print(f"wrote {len(plan.files)} files to {output}")
 
@@ -72,6 +73,14 @@ def plan(
         ),
     ] = None,
     json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    live: Annotated[
+        bool,
+        typer.Option(
+            "--live",
+            help="Probe the nodes (one SSH exec each): show per node what drifted and which "
+            "stages `kiln provision` would run there.",
+        ),
+    ] = False,
     detailed_exitcode: Annotated[
         bool,
         typer.Option(
@@ -84,7 +93,11 @@ def plan(
 ) -> int:
     """Show what `kiln provision` would do, offline: stages, hosts, batches and files.
 
-    Validates first (exit 2 on any error). Contacts no host.
+    Validates first (exit 2 on any error). Contacts no host, unless --live.
+
+    Example:
+
+        kiln plan inventories/example-h100 --output generated/
     """
     if batch_size is not None and not BATCH_SIZE.match(batch_size):
         raise InvalidInputError(
@@ -98,9 +111,22 @@ def plan(
         )
     cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     result = make_plan(cluster, PlanOptions(batch_size=batch_size))
-    changed = write_files(result.files, output) if output is not None else []
+    probed = None
+    if live:  # kiln.drift: the plan narrowed to the node-stages that would run
+        from kiln.commands import _drift
+
+        probed = _drift.probe_plan(cluster, result)
+        _drift.render_assessment(probed, detail=not json)
+        result = probed.plan
+    changed: list[str] = []
+    if output is not None:
+        with writing(output):  # a file in the way, a read-only or full disk: exit 3 naming it
+            changed = write_files(result.files, output_dir(output, probe=False))
     if json:
-        print_json("plan", result.to_dict(changed))
+        document = result.to_dict(changed)
+        if probed is not None:
+            document["drift"] = probed.assessment.to_dict()
+        print_json("plan", document)
     else:
         render(result, output, changed)
     if detailed_exitcode and changed:

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
-from kiln.console import err, out, print_json, safe
+from kiln.console import err, folded, out, print_json, safe
 from kiln.errors import ExitCode
 from kiln.fleet import select_nodes
 from kiln.inventory import require_valid
@@ -45,7 +45,7 @@ def render_table(result: PowerShow) -> None:
                 f"{_num(gpu.graphics_mhz)}/{_num(gpu.max_graphics_mhz)}",
                 f"{_num(gpu.memory_mhz)}/{_num(gpu.max_memory_mhz)}", _num(gpu.temperature_c),
             )  # fmt: skip
-    out.print(table)
+    out.print(folded(table))
 
 
 def show(
@@ -65,6 +65,10 @@ def show(
 
     CPU-only nodes are listed as such and not contacted. Exit 0 when every GPU node answered;
     1 when one could not be reached or its answer not read; 2 on an invalid inventory.
+
+    Example:
+
+        kiln power show inventories/example-h100 --nodes gpu001
     """
     cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     selected = select_nodes(cluster, nodes)

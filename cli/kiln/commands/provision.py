@@ -5,17 +5,16 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kiln.commands._progress import StageDisplay
 from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
-from kiln.console import err, out, print_json, safe
+from kiln.console import err, folded, out, print_json, safe
 from kiln.errors import ExitCode, InvalidInputError
 from kiln.plan.stages import Stage
-from kiln.runner.events import StageProgress
 from kiln.runner.result import RunResult
 
 if TYPE_CHECKING:  # kiln.inventory loads pydantic: not on the path of `kiln --help`
@@ -28,74 +27,8 @@ STATUS_STYLE = {
     "unreachable": "bold magenta",
     "aborted": "red",
     "not_run": "dim",
+    "unchanged": "dim green",
 }
-
-
-class LiveDisplay:
-    """One progress line per stage on stderr: a rich display on a TTY, plain lines otherwise."""
-
-    def __init__(self) -> None:
-        self.rich = err.is_terminal
-        self.bar = Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            TimeElapsedColumn(),
-            console=err,
-            transient=False,
-        )
-        self.task_id: Any = None
-        self.batches = 0
-        self.last_task: str | None = None
-
-    def __enter__(self) -> LiveDisplay:
-        if self.rich:
-            self.bar.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.rich:
-            self.bar.stop()
-
-    def stage_started(self, stage: Stage, hosts: list[str], batches: int) -> None:
-        self.batches, self.last_task = batches, None
-        line = f"{stage.name}: {len(hosts)} host(s) in {batches} batch(es)"
-        if self.rich:
-            self.task_id = self.bar.add_task(line, total=None)
-        else:
-            err.print(line)
-
-    def progress(self, state: StageProgress) -> None:
-        c = state.counts
-        where = (
-            f"shards {state.shards_done}/{state.shards} done, {state.shards_running} running"
-            if state.shards > 1
-            else f"batch {state.batch}/{self.batches}"
-        )
-        text = (
-            f"[bold]{state.stage}[/] {where}  ok {c['ok']}  "
-            f"changed {c['changed']}  failed {c['failed']}  unreachable {c['unreachable']}"
-        )
-        if self.rich:
-            self.bar.update(self.task_id, description=f"{text}  [dim]{safe(state.task or '')}[/]")
-            return
-        if state.task != self.last_task:
-            self.last_task = state.task
-            err.print(f"{state.stage}: task {safe(state.task)}")
-        if state.last_message:
-            where = f"{state.stage}: {safe(state.last_host)} {state.last_status}"
-            err.print(f"{where}: {safe(state.last_message)}")
-            state.last_message = None
-
-    def stage_finished(self, stage: Stage, result: dict[str, Any]) -> None:
-        counts: dict[str, int] = {}
-        for host in result["hosts"].values():
-            counts[host["status"]] = counts.get(host["status"], 0) + 1
-        text = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-        line = f"{stage.name}: {result['status']} ({text or 'no host'})"
-        if self.rich:
-            self.bar.update(self.task_id, description=line, total=1, completed=1)
-        else:
-            err.print(line)
 
 
 def _confirm(cluster: Cluster, stages: list[Stage], yes: bool, check: bool) -> None:
@@ -118,13 +51,15 @@ def render_summary(result: RunResult) -> None:
     table.add_column("host")
     for name in stages:
         table.add_column(name)
-    for host, statuses in result.hosts.items():
+    unchanged = {(stage, host) for stage, hosts in result.unchanged.items() for host in hosts}
+    for host in dict.fromkeys([*result.hosts, *(host for _, host in sorted(unchanged))]):
+        statuses = result.hosts.get(host, {})
         cells = []
         for name in stages:
-            status = statuses.get(name, "-")
+            status = statuses.get(name, "unchanged" if (name, host) in unchanged else "-")
             cells.append(f"[{STATUS_STYLE.get(status, '')}]{status}[/]" if status != "-" else "-")
         table.add_row(safe(host), *cells)
-    out.print(table)
+    out.print(folded(table))
     for entry in result.stages:
         for host, outcome in entry["hosts"].items():
             if outcome["status"] in ("failed", "unreachable"):
@@ -144,6 +79,8 @@ def render_summary(result: RunResult) -> None:
     if result.new_nodes is not None:
         new = result.new_nodes["new"]
         out.print(f"new nodes: {len(new)} ({', '.join(new[:10])}{' ...' if len(new) > 10 else ''})")
+    if unchanged:
+        out.print(f"unchanged (drift probe, skipped): {len(unchanged)} node-stage(s)")
     out.print(f"changed tasks: {result.changed}; run record: {result.record}")
 
 
@@ -169,12 +106,22 @@ def provision(
             "cluster-wide files on the others."
         ),
     ] = False,
+    full: Annotated[
+        bool,
+        typer.Option(help="Every stage on every host, even where the drift probe finds no change."),
+    ] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     json_: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     vault_id: VaultIds = None,
     vault_password_file: VaultPasswordFile = None,
 ) -> int:
-    """Provision the inventory's hosts, stage by stage (exit 0 all good, 1 a host failed)."""
+    """Provision the inventory's hosts, stage by stage (exit 0 all good, 1 a host failed).
+
+    Example:
+
+        kiln provision inventories/sandbox --yes
+    """
+    from kiln.commands import _drift
     from kiln.inventory import require_valid
     from kiln.inventory.batches import normalize_batch_size
     from kiln.plan import PlanOptions, make_plan
@@ -203,8 +150,14 @@ def provision(
             err.print(safe(note))
         if new_nodes:  # the joined nodes, read under the lock
             plan = make_plan(cluster, replace(options, joined=shared.joined()))
-        with LiveDisplay() as display:
+        full_plan, probed = plan, None
+        if not (full or new_nodes):  # drift-aware: only the node-stages that need it run
+            probed = _drift.probe_plan(cluster, plan)
+            _drift.render_assessment(probed, detail=check)
+            plan = probed.plan
+        with StageDisplay() as display:
             result = execute(plan, listener=display, lock=shared, run_id=run_id)
+        _drift.record(cluster, result, probed, full_plan)
         shared.push_run(result.to_dict())
         for note in shared.notes[shown:]:
             err.print(safe(note))

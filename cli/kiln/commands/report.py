@@ -46,6 +46,10 @@ def report(
     """Render a burn-in run: failing items first; JUnit for pipelines; HTML with plots.
 
     Exit 0 when every check passed, 1 when the run holds failures, 2 on unreadable input.
+
+    Example:
+
+        kiln report ~/.kiln/burnin/RUN-ID --format html --output report.html
     """
     if json:
         fmt = Format.json

@@ -38,6 +38,10 @@ def resume(
 
     Exit 0 when every selected node is available or resumed; 1 when one was refused, is
     unknown to Slurm or did not resume; 2 on invalid input.
+
+    Example:
+
+        kiln resume inventories/sandbox kiln-node01
     """
     cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     selected = select_nodes(cluster, nodes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Annotated
@@ -9,7 +10,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from kiln.console import err, out, print_json
+from kiln.commands._progress import HEARTBEAT_S, stamp
+from kiln.console import err, folded, out, print_json, safe
 from kiln.sandbox import config, lifecycle
 
 app = typer.Typer(
@@ -18,23 +20,33 @@ app = typer.Typer(
 )
 
 
+def plain_progress(clock=time.monotonic, wall=time.time, every: float = HEARTBEAT_S):
+    """Timestamped step lines; detail lines (a build's output, its heartbeat) at most one per
+    `every` seconds, so a log shows progress without every line of apt."""
+    last = [float("-inf")]
+
+    def plain(message: str, *, detail: bool = False) -> None:
+        now = clock()
+        if detail and now - last[0] < every:
+            return
+        last[0] = now
+        err.print(f"{stamp(wall)} {'  ' if detail else ''}{safe(message)}")
+
+    return plain
+
+
 @contextmanager
 def _progress():
     """A progress callback for the core: a spinner on a TTY, plain step lines otherwise."""
     if not err.is_terminal:
-
-        def plain(message: str, *, detail: bool = False) -> None:
-            if not detail:
-                err.print(message)
-
-        yield plain
+        yield plain_progress()
         return
     with err.status("starting") as status:
 
         def live(message: str, *, detail: bool = False) -> None:
-            status.update(message)
+            status.update(safe(message))
             if not detail:
-                err.print(f"[dim]{message}[/]")
+                err.print(f"[dim]{safe(message)}[/]")
 
         yield live
 
@@ -46,7 +58,12 @@ def up(
     ] = 2,
     rebuild: Annotated[bool, typer.Option(help="Rebuild the node image even if cached.")] = False,
 ) -> None:
-    """Start (or reuse) the sandbox, trust it over SSH, write its inventory; print its path."""
+    """Start (or reuse) the sandbox, trust it over SSH, write its inventory; print its path.
+
+    Example:
+
+        kiln sandbox up --nodes 2
+    """
     with _progress() as progress:
         result = lifecycle.up(nodes, config.paths(), progress, rebuild=rebuild)
     for node in result.nodes:
@@ -61,7 +78,12 @@ def up(
 
 @app.command("down")
 def down() -> None:
-    """Remove the sandbox containers and network (the image and SSH keys stay)."""
+    """Remove the sandbox containers and network (the image and SSH keys stay).
+
+    Example:
+
+        kiln sandbox down
+    """
     result = lifecycle.down()
     names = ", ".join(result.removed) or "no containers"
     err.print(f"removed {names}" + ("; network removed" if result.network_removed else ""))
@@ -71,7 +93,12 @@ def down() -> None:
 def status(
     json_: Annotated[bool, typer.Option("--json", help="One versioned JSON document.")] = False,
 ) -> None:
-    """Each sandbox container: name, address, container state, systemd state."""
+    """Each sandbox container: name, address, container state, systemd state.
+
+    Example:
+
+        kiln sandbox status --json
+    """
     rows = lifecycle.status()
     if json_:
         print_json("sandbox-status", {"nodes": [asdict(row) for row in rows]})
@@ -82,4 +109,4 @@ def status(
     table = Table("name", "address", "state", "systemd", box=None)
     for row in rows:
         table.add_row(row.name, row.address, row.state, row.systemd)
-    out.print(table)
+    out.print(folded(table))

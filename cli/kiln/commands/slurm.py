@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
+from kiln.commands._progress import StageDisplay
 from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
-from kiln.commands.provision import LiveDisplay, _confirm, render_summary
+from kiln.commands.provision import _confirm, render_summary
 from kiln.console import err, print_json, safe
 from kiln.inventory import require_valid
 from kiln.plan.stages import select_stages
@@ -32,6 +33,10 @@ def rotate_munge_key(
     made on the controller decodes on every node. Jobs being launched during the restart may
     fail to authenticate: rotate in a quiet moment. Asks first unless --yes (no terminal: pass
     --yes). Exit 0 rotated and proven everywhere; 1 a node failed (named); 2 invalid input.
+
+    Example:
+
+        kiln slurm rotate-munge-key inventories/sandbox --yes
     """
     from kiln.plan import PlanOptions, make_plan
     from kiln.runner.execute import execute
@@ -42,7 +47,7 @@ def rotate_munge_key(
     # The munge role makes the key, copies it everywhere, restarts munge, then proves that a
     # controller credential decodes on every node: the run's result is the report.
     plan = make_plan(cluster, PlanOptions(stages=stages, extravars=ROTATE_EXTRAVARS))
-    with LiveDisplay() as display:
+    with StageDisplay() as display:
         result = execute(plan, listener=display)
     summary = {**result.to_dict(), "rotated": result.ok}
     if json_:

@@ -27,7 +27,12 @@ def unlock(
 ) -> int:
     """Show the holder of the provision locks (exit 0 free, 3 held). A lock is freed by the
     kernel when its run's process exits or its SSH session to the controller closes, so
-    --force never has a stale lock to clear and never breaks a live one."""
+    --force never has a stale lock to clear and never breaks a live one.
+
+    Example:
+
+        kiln unlock inventories/sandbox
+    """
     from kiln.inventory import require_valid
     from kiln.state import lock_status
 

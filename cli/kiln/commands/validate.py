@@ -41,6 +41,10 @@ def validate(
     """Check an inventory: report every problem at once, each with file:line and a fix.
 
     Exit 0 when it is clean (warnings allowed), 2 on any error.
+
+    Example:
+
+        kiln validate inventories/example-h100
     """
     result = load_cluster(inventory, use_vault(vault_id, vault_password_file))
     if json:

@@ -53,3 +53,25 @@ def node_entry(host: str, status: str, exit_code: int | None, stdout: str) -> di
         "result": document,
         "failing": [f for f in (document or {}).get("findings", []) if not f.get("ok")],
     }
+
+
+def last_cell(status: str, stdout: str, stderr: str = "") -> dict:
+    """One node's last periodic result for `kiln status --health`, from what
+    node_command(last=True) answered: {"ok": True/False/None, "time": ..., "text": one line}.
+    ok None: nothing to judge (no periodic run yet, or the node did not answer)."""
+    document = read_document(stdout) if status in ("ok", "failed") else None
+    if document is None:
+        if status not in ("ok", "failed"):
+            return {"ok": None, "time": None, "text": f"not read ({status})"}
+        if "No such file" in stderr or (status == "ok" and not stdout.strip()):
+            return {"ok": None, "time": None, "text": "no result yet"}
+        said = (stderr.strip().splitlines() or ["no result document"])[-1][:120]
+        return {"ok": None, "time": None, "text": f"not read: {said}"}
+    when = str(document.get("time", "?"))
+    if document.get("ok"):
+        return {"ok": True, "time": when, "text": f"healthy at {when}"}
+    failing = [f for f in document.get("findings", []) if not f.get("ok")]
+    first = failing[0] if failing else {"check": "?", "reading": "unhealthy"}
+    more = f" (+{len(failing) - 1} more)" if len(failing) > 1 else ""
+    text = f"FAIL {first.get('check')}: {first.get('reading')}{more} at {when}"
+    return {"ok": False, "time": when, "text": text}

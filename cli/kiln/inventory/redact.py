@@ -5,6 +5,11 @@ passwords), wherever it sits in a mapping; every vault value (kiln's VaultValue 
 JSON form {"__ansible_vault": ...}); any ansible-vault ciphertext inside a string; and each
 secret's plaintext or ciphertext known from the inventory, wherever a string quotes it (a task
 that echoed it in an error message).
+
+Every value that came from an encrypted source is a secret: a `!vault` value, and every value
+of a whole ansible-vault encrypted file (sealed while loading: kiln.inventory.yamlfile.Sealed).
+The keys that hold them (secret_keys) are redacted like the secret keys, and their text, from
+SHORTEST characters on, wherever a string quotes it.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from kiln.inventory.schema import ANSIBLE_SECRETS, KEYS
-from kiln.inventory.yamlfile import VaultValue
+from kiln.inventory.yamlfile import Sealed, VaultValue
 
 REDACTED = "<redacted>"
 SECRET_KEYS = frozenset(
@@ -40,6 +45,8 @@ def secret_strings(values: Iterable[Any]) -> set[str]:
             found.add(value.ciphertext.strip())
             if value.plaintext:
                 found.add(value.plaintext.strip())
+        elif isinstance(value, Sealed):
+            found.add(str(value).strip())
         elif isinstance(value, dict):
             stack.extend(value.values())
         elif isinstance(value, list | tuple):
@@ -47,30 +54,50 @@ def secret_strings(values: Iterable[Any]) -> set[str]:
     return {text for text in found if len(text) >= SHORTEST}
 
 
-def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
+def _encrypted(value: Any) -> bool:
+    """`value` is, or holds, a value from an encrypted source."""
+    if isinstance(value, VaultValue | Sealed):
+        return True
+    if isinstance(value, dict):
+        return any(_encrypted(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return any(_encrypted(item) for item in value)
+    return False
+
+
+def secret_keys(variables: Iterable[dict]) -> frozenset[str]:
+    """The variable names whose value (in any of `variables`, each a host's variables) came
+    from an encrypted source, in whole or in part."""
+    return frozenset(
+        str(key) for mapping in variables for key, value in mapping.items() if _encrypted(value)
+    )
+
+
+def redact(value: Any, secrets: Iterable[str] = (), keys: Iterable[str] = ()) -> Any:
     """`value` (JSON-like data or a string) with every secret replaced by <redacted>.
 
-    `secrets` are the known plaintexts and ciphertexts (secret_strings of the inventory).
+    `secrets` are the known plaintexts and ciphertexts (secret_strings of the inventory);
+    `keys`, names whose values are secret besides SECRET_KEYS (secret_keys of the inventory).
     Returns new containers; the input is not changed.
     """
     known = sorted({s for s in secrets if len(s) >= SHORTEST}, key=len, reverse=True)
-    return _redact(value, known)
+    return _redact(value, known, SECRET_KEYS | frozenset(keys))
 
 
-def _redact(value: Any, known: list[str]) -> Any:
+def _redact(value: Any, known: list[str], keys: frozenset[str]) -> Any:
+    if isinstance(value, VaultValue | Sealed):
+        return REDACTED
     if isinstance(value, str):
         return _text(value, known)
-    if isinstance(value, VaultValue):
-        return REDACTED
     if isinstance(value, dict):
         if "__ansible_vault" in value:
             return REDACTED
         return {
-            key: REDACTED if str(key) in SECRET_KEYS else _redact(item, known)
+            key: REDACTED if str(key) in keys else _redact(item, known, keys)
             for key, item in value.items()
         }
     if isinstance(value, list | tuple):
-        return [_redact(item, known) for item in value]
+        return [_redact(item, known, keys) for item in value]
     return value
 
 

@@ -144,7 +144,7 @@ class StateSpec(StrictModel):
     backend: Literal["auto", "controller", "local"] = Field(
         "auto",
         description="where the provision lock and the cluster's state live: the controller, "
-        "the local state dir, or auto (the controller when reachable and writable, else local)",
+        "the local state dir, or auto (the controller; local only before the cluster is up)",
     )
     path: str = Field(
         "/var/lib/kiln/state",
@@ -333,7 +333,7 @@ KEYS: dict[str, KeySpec] = {
             "cluster",
             "StateSpec",
             "where the provision lock and the cluster's state live (docs/gitops.md)",
-            "auto: on the controller when reachable, else local",
+            "auto: on the controller; local only before bring-up, else exit 3",
             model=StateSpec,
         ),
         KeySpec(

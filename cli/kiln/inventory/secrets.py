@@ -4,7 +4,8 @@ open_file() turns an ansible-vault encrypted file into its text (or an error nam
 unlock_values() fills each `!vault` value's plaintext, reporting with file:line any value the
 vault ids cannot open. In a whole encrypted file, the secret keys' values (see
 kiln.inventory.redact.SECRET_KEYS) are kept as vault values, encrypted again under the first
-vault id, so the inventory kiln exports for Ansible never holds them in plaintext.
+vault id, so the inventory kiln exports for Ansible never holds them in plaintext; every other
+value is sealed (kiln.inventory.yamlfile.Sealed): plain to kiln, redacted from every record.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from kiln.inventory.findings import FindingCollector, Origin
 from kiln.inventory.redact import SECRET_KEYS
 from kiln.inventory.vault import VaultConfig, VaultError, is_encrypted_text
-from kiln.inventory.yamlfile import VaultValue
+from kiln.inventory.yamlfile import VaultValue, seal
 
 NO_PASSWORD_HINT = (
     "pass --vault-password-file FILE or --vault-id LABEL@FILE "
@@ -61,6 +62,8 @@ def unlock_values(
         for key, value in list(data.items()):
             if str(key) in SECRET_KEYS and isinstance(value, str | int | float):
                 data[key] = VaultValue(vault.encrypt(str(value)), str(value))
+            else:
+                data[key] = seal(value)  # came from an encrypted file: secret to the records
     if vault:
         _walk(data, path, vault, collector, 1)
 

@@ -42,6 +42,45 @@ class VaultValue:
         return "VaultValue(<vault-encrypted>)"
 
 
+class Sealed:
+    """A value read from a whole ansible-vault encrypted file: plain to kiln (a str, an int or
+    a float like any other), secret to every record kiln writes (kiln.inventory.redact)."""
+
+    __slots__ = ()
+
+
+class SealedStr(Sealed, str):
+    __slots__ = ()
+
+
+class SealedInt(Sealed, int):
+    __slots__ = ()
+
+
+class SealedFloat(Sealed, float):
+    __slots__ = ()
+
+
+def seal(value: object) -> object:
+    """`value` with every string and number in it sealed (mappings and lists changed in
+    place). Booleans and nulls stay as they are: bool cannot be subclassed, and a yes/no is
+    not searched for in text anyway."""
+    if isinstance(value, Sealed | VaultValue | bool) or value is None:
+        return value
+    if isinstance(value, str):
+        return SealedStr(value)
+    if isinstance(value, int):
+        return SealedInt(value)
+    if isinstance(value, float):
+        return SealedFloat(value)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            value[key] = seal(item)
+    elif isinstance(value, list):
+        value[:] = [seal(item) for item in value]
+    return value
+
+
 class _LineLoader(_BaseLoader):  # type: ignore[misc, valid-type]
     pass
 

@@ -112,7 +112,9 @@ def _stage_hosts(
     """Which stage runs on which hosts. With --new-nodes: REFRESH (the cluster-wide files) on
     the controllers and the provisioned nodes, then every stage on the new nodes only."""
     if not options.new_nodes:
-        return [(stage, stage_hosts(stage, cluster.groups, targets)) for stage in stages], None
+        runs = [(stage, stage_hosts(stage, cluster.groups, targets)) for stage in stages]
+        skip = options.skip  # kiln.drift: the hosts where the stage is unchanged
+        return [(s, [h for h in hosts if h not in skip.get(s.name, ())]) for s, hosts in runs], None
     done = (
         set(options.joined)
         if options.joined is not None

@@ -41,6 +41,8 @@ class PlanOptions:
     # --new-nodes: the nodes that have joined, from the cluster's shared state (kiln.state);
     # None: this state dir's run records say.
     joined: frozenset[str] | None = None
+    # Drift-aware re-apply (kiln.drift): stage -> the hosts whose stage is unchanged, left out.
+    skip: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from kiln.console import folded
 from kiln.judging.model import BurninReport
 from kiln.judging.verdicts import num
 from kiln.report.text import markup_text as escape
@@ -40,11 +41,8 @@ def render_table(report: BurninReport, *, show_passing: bool | None = None) -> G
         )
     )
     table = Table(show_lines=False, header_style="bold", pad_edge=False)
-    table.add_column("status", no_wrap=True)
-    table.add_column("action", no_wrap=True)
-    table.add_column("name", no_wrap=True)
-    table.add_column("check", no_wrap=True)
-    table.add_column("detail", overflow="fold", ratio=1)
+    for column in ("status", "action", "name", "check", "detail"):
+        table.add_column(column)
     for v in failures + (passing if show_passing else []):
         if v.passed:
             # an all-reduce verdict's note (no floor, slow pairs not its own) where there is one
@@ -58,7 +56,7 @@ def render_table(report: BurninReport, *, show_passing: bool | None = None) -> G
             detail = (f"{detail} " + escape(f"[{v.rule}]")).lstrip()
         action = str(v.action) if not v.passed else ""
         table.add_row(status, action, escape(v.name), escape(v.check), detail)
-    parts: list = [head, table]
+    parts: list = [head, folded(table)]  # a long name folds, never cut
     if report.allreduce:
         parts.append(Text(f"All-reduce: {escape(allreduce_summary(report))}"))
     if report.ib is not None:
@@ -72,5 +70,5 @@ def render_table(report: BurninReport, *, show_passing: bool | None = None) -> G
             summary.add_column(column)
         for check, (ok, bad) in sorted(counts.items()):
             summary.add_row(escape(check), str(ok), Text(str(bad), style="red" if bad else ""))
-        parts.append(summary)
+        parts.append(folded(summary))
     return Group(*parts)

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
+from kiln.runner.manifest import Managed, managed_action
+
 HOST_EVENTS = {
     "runner_on_ok": "ok",
     "runner_on_failed": "failed",
@@ -219,6 +221,7 @@ class EventRecorder:
         self.no_hosts_remaining = False
         self.events = 0
         self.error: str | None = None  # the first exception the handler caught, if any
+        self.managed: dict[str, Managed] = {}  # host -> files, packages, services it manages
 
     def _host(self, name: str) -> HostResult:
         result = self.hosts.get(name)
@@ -297,6 +300,10 @@ class EventRecorder:
         else:
             if ignored:
                 record["ignored"] = True
+            elif status == "ok" and managed_action(
+                action := data.get("resolved_action") or data.get("task_action")
+            ):
+                self.managed.setdefault(host, Managed()).add(action, res)
             live = "changed" if changed else "ok"
         self._count(host, live)
         self.state.last_host, self.state.last_status = host, status

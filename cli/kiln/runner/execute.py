@@ -89,6 +89,7 @@ def execute(
             started=now().isoformat(timespec="seconds"),
             targets=list(plan.targets),
             new_nodes=plan.new_nodes.to_dict() if plan.new_nodes else None,
+            unchanged={k: sorted(v) for k, v in plan.options.skip.items() if v},
         )
         try:
             run = _Run(plan, record, result, listener, secrets)
@@ -194,7 +195,10 @@ class _Run:
             stage = planned.stage
             hosts = [host for host in planned.hosts if host not in bad]
             if not hosts:
-                self.result.stages.append(merge.skipped_stage(stage, "no host left to run on"))
+                why = "no host left to run on"
+                if not planned.hosts and self.plan.options.skip.get(stage.name):
+                    why = "unchanged on every host (drift probe)"
+                self.result.stages.append(merge.skipped_stage(stage, why))
                 continue
             entry = self.stage(planned, hosts)
             self.result.stages.append(entry)
@@ -337,6 +341,9 @@ class _Run:
             aggregate.shard_finished(shard.name)
         if recorder.error is not None:
             raise KilnCrash(f"recording the events of shard {shard.name}: {recorder.error}")
+        with self.lock:  # what the stage manages per host: kiln.drift records it on the node
+            found = self.result.managed.setdefault(stage.name, {})
+            found.update({host: m.to_dict() for host, m in recorder.managed.items()})
         entry = merge.stage_entry(stage, result, hosts, expected)
         entry.update(
             name=shard.name,

@@ -18,13 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from kiln.errors import InvalidInputError
-from kiln.inventory.redact import redact, secret_strings
+from kiln.inventory.redact import redact, secret_keys, secret_strings
 from kiln.inventory.vault import VaultConfig
 
 
 class RunSecrets:
-    def __init__(self, secrets: set[str], vault: VaultConfig | None) -> None:
+    def __init__(
+        self, secrets: set[str], vault: VaultConfig | None, keys: frozenset[str] = frozenset()
+    ) -> None:
         self.secrets = secrets
+        self.keys = keys  # variables holding values from an encrypted source
         self.vault = vault or VaultConfig()
         self.private: Path | None = None
         self._umask: int | None = None
@@ -32,6 +35,7 @@ class RunSecrets:
     @classmethod
     def for_plan(cls, plan: Any, vault: VaultConfig | None) -> RunSecrets:
         secrets = secret_strings(node.hostvars for node in plan.cluster.nodes)
+        keys = secret_keys(node.hostvars for node in plan.cluster.nodes)
         if secrets and not vault:
             raise InvalidInputError(
                 "the inventory holds ansible-vault encrypted values and no vault password "
@@ -39,7 +43,7 @@ class RunSecrets:
                 hint="pass --vault-password-file FILE or --vault-id LABEL@FILE (or set "
                 "ANSIBLE_VAULT_PASSWORD_FILE); kiln never prompts for it",
             )
-        return cls(secrets, vault)
+        return cls(secrets, vault, keys)
 
     def __enter__(self) -> RunSecrets:
         self._umask = os.umask(0o077)
@@ -55,7 +59,7 @@ class RunSecrets:
             self._umask = None
 
     def redact(self, value: Any) -> Any:
-        return redact(value, self.secrets)
+        return redact(value, self.secrets, self.keys)
 
     def env(self) -> dict[str, str]:
         """ansible-playbook's vault settings."""

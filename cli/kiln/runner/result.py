@@ -42,6 +42,10 @@ class RunResult:
     changed: int = 0
     stopped_by_failure_threshold: bool = False
     exit_code: int = int(ExitCode.OK)
+    # Drift-aware re-apply: stage -> hosts skipped as unchanged (kiln.drift), and what each
+    # stage manages on each host it ran on (kiln.runner.manifest; not in the summary).
+    unchanged: dict[str, list[str]] = field(default_factory=dict)
+    managed: dict[str, dict[str, dict[str, list[str]]]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -94,6 +98,8 @@ class RunResult:
         }
         if self.new_nodes is not None:
             document["new_nodes"] = self.new_nodes
+        if self.unchanged:
+            document["unchanged"] = self.unchanged
         document.update(
             events=self.events,
             hosts=self.hosts,

@@ -2,9 +2,13 @@
 
 Built once and reused. It is tagged `kiln-node:<hash of its recipe>` (and `kiln-node:latest`),
 so a changed recipe builds a new image and an unchanged one is never rebuilt. Two ways to the
-same base: `FROM debian:bookworm` plus apt where a registry answers, else (air-gapped, as here)
-debootstrap from the Debian archive, with a .deb cache under ~/.cache/kiln so rebuilds are fast.
-The same customisation script then runs on either base. Roles install everything else.
+same base (`kiln-node-base:<hash>`): `FROM debian:bookworm` plus apt where a registry answers,
+else (air-gapped, as here) debootstrap from the Debian archive, with a .deb cache under
+~/.cache/kiln so rebuilds are fast. The same customisation script then runs on either base and
+makes `kiln-node` on top of it: the packages the stages install downloaded, and what every
+sandbox run needs installed (RUNTIME_PACKAGES: the CPU burn-in runtime), once, in a layer the
+demo, the integration tier and molecule share. Roles still install (and version-check)
+everything; on this image they find it there and change nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,7 +53,17 @@ PREFETCH_PACKAGES = (
     "slurm-client",
     "slurmd",
     "slurmctld",
+    "prometheus-node-exporter",
 )
+
+# Installed into the image, not only downloaded: the burn-in runtime of CPU-only nodes
+# (python3-torch and its ~100 dependencies, minutes to unpack on every node otherwise). Keep in
+# step with roles/burnin/vars/Debian.yml (__burnin_system_packages; a unit test checks), so the
+# role finds exactly these versions installed and does nothing.
+RUNTIME_PACKAGES = ("python3-torch",)
+
+# A silent build step reports that it is still running at least this often (seconds).
+HEARTBEAT_S = 10.0
 
 # Runs as root inside the base image (either path); keep it POSIX sh and idempotent.
 CUSTOMIZE = f"""\
@@ -99,6 +114,10 @@ install -d -m 0700 /root/.ssh
 # the image: every container shares this layer, so N nodes download them once, not N times.
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
+echo "kiln: installing {" ".join(RUNTIME_PACKAGES)}"
+apt-get install -y -q --no-install-recommends {" ".join(RUNTIME_PACKAGES)}
+apt-get clean
+echo "kiln: downloading {len(PREFETCH_PACKAGES)} packages the stages install"
 apt-get install -y -qq --download-only {" ".join(PREFETCH_PACKAGES)} >/dev/null
 rm -rf /tmp/* /var/tmp/*
 """
@@ -167,12 +186,12 @@ def _registry_answers() -> bool:
     return docker(["pull", REGISTRY_BASE], check=False, timeout=60).returncode == 0
 
 
-def _base_from_registry(tag: str) -> None:
+def _base_from_registry(tag: str, progress: Progress) -> None:
     install = (
         "set -eu; export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; "
-        f"apt-get install -y -qq --no-install-recommends {' '.join(PACKAGES)} >/dev/null"
+        f"apt-get install -y -q --no-install-recommends {' '.join(PACKAGES)}"
     )
-    _run_and_commit(REGISTRY_BASE, install, tag, changes=())
+    _run_and_commit(REGISTRY_BASE, install, tag, (), progress, "base image")
 
 
 def _base_from_debootstrap(tag: str, progress: Progress) -> None:
@@ -191,18 +210,9 @@ def _base_from_debootstrap(tag: str, progress: Progress) -> None:
     with tempfile.TemporaryDirectory(prefix="rootfs-", dir=cache_dir()) as tmp:
         rootfs = Path(tmp) / "rootfs"
         cmd = debootstrap_command(rootfs, debs)
-        with subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        ) as proc:
-            tail: list[str] = []
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                tail = (tail + [line.rstrip()])[-20:]
-                progress(line.rstrip(), detail=True)
-        if proc.returncode != 0:
-            raise OperationFailed(
-                f"debootstrap failed (rc {proc.returncode}): " + " | ".join(tail[-5:])
-            )
+        rc, tail = stream(cmd, "debootstrap", progress, timeout=900)
+        if rc != 0:
+            raise OperationFailed(f"debootstrap failed (rc {rc}): " + " | ".join(tail[-5:]))
         progress("importing the root filesystem into Docker")
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
         imported = subprocess.run(
@@ -214,16 +224,65 @@ def _base_from_debootstrap(tag: str, progress: Progress) -> None:
             raise OperationFailed(f"docker import failed: {imported.stderr.strip()}")
 
 
-def _run_and_commit(image: str, script: str, tag: str, changes: tuple[str, ...]) -> None:
+def stream(
+    cmd: list[str],
+    what: str,
+    progress: Progress,
+    *,
+    timeout: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[int, list[str]]:
+    """Run `cmd`, passing each output line to `progress(..., detail=True)` and, while it prints
+    nothing, `<what>: still running (Ns)` every HEARTBEAT_S seconds; (rc, last 20 lines)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    done = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.rstrip())
+        done.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    start = seen = clock()
+    shown = 0
+    while not done.wait(min(1.0, HEARTBEAT_S / 4)):
+        now = clock()
+        if now - start > timeout:
+            proc.kill()
+            raise OperationFailed(f"{what} did not finish within {timeout:.0f}s")
+        if len(lines) > shown:
+            shown, seen = len(lines), now
+            progress(f"{what}: {lines[-1]}", detail=True)
+        elif now - seen >= HEARTBEAT_S:
+            seen = now
+            progress(f"{what}: still running ({now - start:.0f}s)", detail=True)
+    reader.join()
+    return proc.wait(), lines[-20:]
+
+
+def _run_and_commit(
+    image: str,
+    script: str,
+    tag: str,
+    changes: tuple[str, ...],
+    progress: Progress,
+    what: str,
+) -> None:
     name = f"kiln-build-{os.getpid()}"
     docker(["rm", "-f", name], check=False)
     try:
-        docker(
-            ["run", "--name", name, "--network", "bridge", image, "/bin/sh", "-c", script],
-            timeout=900,
-        )
+        cmd = ["docker", "run", "--name", name, "--network", "bridge", image]
+        rc, tail = stream([*cmd, "/bin/sh", "-c", script], what, progress, timeout=1800)
+        if rc != 0:
+            raise OperationFailed(f"building the {what} failed (rc {rc}): " + " | ".join(tail[-5:]))
         change_args = [arg for change in changes for arg in ("--change", change)]
-        docker(["commit", *change_args, name, tag])
+        commit = ["docker", "commit", *change_args, name, tag]
+        rc, tail = stream(commit, f"saving the {what}", progress, timeout=900)
+        if rc != 0:
+            raise OperationFailed(f"docker commit of the {what} failed: " + " | ".join(tail[-3:]))
     finally:
         docker(["rm", "-f", name], check=False)
 
@@ -240,13 +299,16 @@ def ensure_image(progress: Progress, *, rebuild: bool = False) -> ImageResult:
         if _registry_answers():
             source = "registry"
             progress(f"building the base image from {REGISTRY_BASE}")
-            _base_from_registry(base)
+            _base_from_registry(base, progress)
         else:
             source = "debootstrap"
             progress("building the base image with debootstrap from the Debian archive (~40 s)")
             _base_from_debootstrap(base, progress)
-    progress(f"customising the node image {tag}")
+    progress(
+        f"building the node image {tag} on {base}: prefetching packages and installing "
+        f"{', '.join(RUNTIME_PACKAGES)} (once; a few minutes, then cached)"
+    )
     changes = (*IMAGE_CHANGES, f"LABEL {LABEL}=1 {RECIPE_LABEL}={recipe_hash()}")
-    _run_and_commit(base, CUSTOMIZE, tag, changes)
+    _run_and_commit(base, CUSTOMIZE, tag, changes, progress, "node image")
     docker(["tag", tag, f"{IMAGE_REPO}:latest"])
     return ImageResult(tag, built=True, source=source, seconds=time.monotonic() - start)

@@ -58,10 +58,11 @@ def render_group_vars(paths: Paths) -> str:
         '  nccl: "2.18.5"\n'
         '  slurm: "22.05"\n'
         "# Containers share the host's cgroup tree, so Slurm confines nothing with cgroups\n"
-        "# here; nodes join idle so the demo runs jobs at once (burn-in gates real nodes).\n"
+        "# here. New nodes join quarantined (drained) as on a real cluster, until a burn-in\n"
+        "# passes on them: `make demo` shows exactly that.\n"
         "kiln_slurm:\n"
         "  cgroup: false\n"
-        "  quarantine_new_nodes: false\n"
+        "  quarantine_new_nodes: true\n"
         "# Docker owns a container's hostname and bind-mounts /etc/hosts, and a container may\n"
         "# not set the clock: the base role leaves those three to Docker.\n"
         "base_hostname_manage: false\n"

@@ -13,7 +13,8 @@ event and, from an ok result, only `changed`. So here:
 
 - runner_on_start is not emitted;
 - runner_on_ok carries `res: {"changed": ...}` instead of the module's whole result (facts,
-  invocation, stdout).
+  invocation, stdout); for a task that manages a file, package or service, also the few fields
+  kiln.runner.manifest reads (the record of what a stage applied: docs/scale.md, drift).
 
 Every other event (failed, unreachable, skipped, loop items, async, play, task, no hosts
 remaining, stats) keeps ansible-runner's full payload, and what is displayed
@@ -33,6 +34,8 @@ import gc
 import importlib.util
 import os
 from types import ModuleType
+
+from kiln.runner.manifest import managed_action, slim
 
 
 def _runner_callback() -> ModuleType:
@@ -72,11 +75,14 @@ class CallbackModule(_runner.CallbackModule):  # type: ignore[name-defined,misc]
         self._display_only().v2_runner_on_start(host, task)
 
     def v2_runner_on_ok(self, result):
+        res = {"changed": bool(result._result.get("changed", False))}
+        if managed_action(getattr(result._task, "resolved_action", None) or result._task.action):
+            res.update(slim(result._result), changed=res["changed"])
         event_data = {
             "host": result._host.get_name(),
             "remote_addr": result._host.address,
             "task": result._task,
-            "res": {"changed": bool(result._result.get("changed", False))},
+            "res": res,
         }
         with self.capture_event_data("runner_on_ok", **event_data):
             self._display_only().v2_runner_on_ok(result)

@@ -1,0 +1,149 @@
+"""node.py over SSH: the probe (one exec per node, the same command for all) and the records.
+
+Both run as root (the records are 0600 under /var/lib/kiln/applied, and a managed file such as
+munge.key is root's): as the login user when it is root, else through `sudo -n`. A node whose
+probe fails for any reason (unreachable, sudo refused, no python3, garbled output) is a NodeProbe
+with `ok` False: kiln.drift.assess then runs every stage there.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kiln.fleet import ExecResult, NodeResult, Status, run_command
+from kiln.inventory import Cluster, Node
+
+Runner = Callable[..., ExecResult]  # kiln.fleet.run_command's signature
+NODE_SCRIPT = Path(__file__).resolve().with_name("node.py")
+PROBE_TIMEOUT = 60.0
+BAD = ("failed", "unreachable", "aborted")  # a stage's record is removed from such a host
+
+
+@dataclass(frozen=True, slots=True)
+class NodeProbe:
+    """One node's probe: per stage {fingerprint, run_id, recorded, drift}, restart markers."""
+
+    node: str
+    ok: bool
+    stages: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    pending: tuple[str, ...] = ()
+    error: str | None = None
+    seconds: float = 0.0
+
+
+def node_command(*args: str) -> str:
+    """The shell command that runs node.py with `args` as root."""
+    source = base64.b64encode(NODE_SCRIPT.read_bytes()).decode()
+    program = f"import base64;exec(compile(base64.b64decode('{source}'),'kiln-drift','exec'))"
+    inner = " ".join(["python3", "-c", shlex.quote(program), *map(shlex.quote, args)])
+    return f'if [ "$(id -u)" -eq 0 ]; then {inner}; else sudo -n {inner}; fi'
+
+
+def _parse(answer: NodeResult) -> NodeProbe:
+    def failed(why: str) -> NodeProbe:
+        return NodeProbe(answer.name, False, error=why, seconds=answer.duration)
+
+    if answer.status is not Status.OK:
+        detail = answer.error or answer.stderr.strip()[-300:] or f"exit {answer.exit_code}"
+        return failed(f"{answer.status}: {detail}")
+    try:
+        document = json.loads(answer.stdout.strip().splitlines()[-1])
+        stages = document["stages"]
+        assert isinstance(stages, dict)
+    except (ValueError, IndexError, KeyError, AssertionError):
+        return failed(f"unreadable probe output: {answer.stdout.strip()[-300:]!r}")
+    if document.get("errors"):  # a record it could not read: that node is not trusted
+        return failed("; ".join(map(str, document["errors"]))[:500])
+    pending = tuple(document.get("pending") or ())
+    return NodeProbe(answer.name, True, stages, pending, seconds=answer.duration)
+
+
+def probe_nodes(
+    nodes: Sequence[Node],
+    *,
+    runner: Runner = run_command,
+    fanout: int = 64,
+    timeout: float = PROBE_TIMEOUT,
+) -> dict[str, NodeProbe]:
+    """Probe every node at once (at most `fanout` in flight); node name -> its NodeProbe. A node
+    Ansible reaches without SSH (ansible_connection=local) is not probed: probe_failed, it runs."""
+    probes = {n.name: NodeProbe(n.name, False, error=LOCAL) for n in nodes if _local(n)}
+    remote = [node for node in nodes if not _local(node)]
+    if remote:
+        result = runner(remote, node_command("probe"), fanout=fanout, timeout=timeout)
+        probes.update({answer.name: _parse(answer) for answer in result.results})
+    return {node.name: probes[node.name] for node in nodes if node.name in probes}
+
+
+LOCAL = "not probed: ansible_connection=local"
+
+
+def _local(node: Node) -> bool:
+    return str(node.hostvars.get("ansible_connection") or "") == "local"
+
+
+def payloads(
+    stages: Iterable[Mapping[str, Any]],
+    managed: Mapping[str, Mapping[str, Mapping[str, list[str]]]],
+    desired: Mapping[str, Mapping[str, str]],
+    run_id: str,
+) -> dict[str, dict[str, Any]]:
+    """host -> node.py's record payload: a record for each stage that ended ok or changed on
+    it (its fingerprint and what the run's results named), removal for one that ended badly."""
+    out: dict[str, dict[str, Any]] = {}
+    for entry in stages:
+        name = entry["name"]
+        for host, outcome in (entry.get("hosts") or {}).items():
+            status = outcome.get("status")
+            wanted = desired.get(name, {}).get(host)
+            payload = out.setdefault(host, {"records": {}, "remove": []})
+            if status in ("ok", "changed") and wanted is not None:
+                names = managed.get(name, {}).get(host) or {}
+                payload["records"][name] = {
+                    "fingerprint": wanted,
+                    "run_id": run_id,
+                    "files": list(names.get("files", [])),
+                    "packages": list(names.get("packages", [])),
+                    "services": list(names.get("services", [])),
+                }
+            elif status in BAD:
+                payload["remove"].append(name)
+    return {host: p for host, p in out.items() if p["records"] or p["remove"]}
+
+
+def write_records(
+    cluster: Cluster,
+    stages: Iterable[Mapping[str, Any]],
+    managed: Mapping[str, Mapping[str, Mapping[str, list[str]]]],
+    desired: Mapping[str, Mapping[str, str]],
+    run_id: str,
+    *,
+    runner: Runner = run_command,
+    fanout: int = 64,
+    timeout: float = PROBE_TIMEOUT,
+) -> dict[str, str]:
+    """Write each host's records (one exec per host, `fanout` at once). Returns host -> why for
+    the hosts where it failed: those keep their old records or none, and the next run's probe
+    (an old fingerprint, or no record) runs their stages again."""
+    work = payloads(stages, managed, desired, run_id)
+    work = {host: p for host, p in work.items() if not _local(cluster.node(host))}
+    problems: dict[str, str] = {}
+
+    def one(host: str) -> None:
+        text = json.dumps(work[host], sort_keys=True, separators=(",", ":"))
+        command = node_command("record", base64.b64encode(text.encode()).decode())
+        answer = runner([cluster.node(host)], command, fanout=1, timeout=timeout).results[0]
+        if answer.status is not Status.OK:
+            problems[host] = f"{answer.status}: {answer.error or answer.stderr.strip()[-300:]}"
+
+    if work:
+        with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(work)))) as pool:
+            list(pool.map(one, list(work)))
+    return problems

@@ -1,0 +1,174 @@
+"""Never silent for more than 15 s (issue 20): the stage display's heartbeat, the sandbox's
+plain progress, the image build's streamed output and the burn-in job poll, each driven by a
+fake clock. The node image carries the burn-in runtime the role pins."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import yaml
+
+from kiln.burnin.jobs import JobSpec
+from kiln.burnin.submit import JobQueue
+from kiln.commands._progress import StageDisplay
+from kiln.commands.sandbox import plain_progress
+from kiln.plan.stages import Stage
+from kiln.runner.events import StageProgress
+from kiln.sandbox import image
+
+REPO = Path(__file__).resolve().parents[2]
+STAMP = re.compile(r"^\d\d:\d\d:\d\d ")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def lines(capsys) -> list[str]:
+    return capsys.readouterr().err.splitlines()
+
+
+def test_a_silent_task_gets_a_timestamped_heartbeat_naming_it_and_its_hosts(capsys):
+    clock = Clock()
+    display = StageDisplay(rich=False, clock=clock, thread=False)
+    with display:
+        display.stage_started(Stage("burnin", "x.yml", ""), ["kiln-node01", "kiln-node02"], 1)
+        state = StageProgress("burnin", task="Install the distribution's torch (CPU, gloo)")
+        display.progress(state)
+        clock.now += 9
+        display.tick()  # 9 s: nothing yet
+        state.last_host, state.last_status = "kiln-node01", "ok"
+        state.counts["ok"] = 1
+        display.progress(state)  # node01 answered; no line off a terminal, so the clock runs on
+        clock.now += 2
+        display.tick()  # 11 s since the last line
+        clock.now += 5
+        display.tick()  # 5 s since the heartbeat: quiet
+        clock.now += 6
+        display.tick()  # 11 s since the heartbeat
+    shown = lines(capsys)
+    assert all(STAMP.match(line) for line in shown), shown
+    shown = [STAMP.sub("", line) for line in shown]
+    assert shown == [
+        "burnin: 2 host(s) in 1 batch(es)",
+        "burnin: task Install the distribution's torch (CPU, gloo)",
+        "burnin: still running 'Install the distribution's torch (CPU, gloo)' on 1 host(s): "
+        "kiln-node02 (11s in the task, 11s in the stage)",
+        "burnin: still running 'Install the distribution's torch (CPU, gloo)' on 1 host(s): "
+        "kiln-node02 (22s in the task, 22s in the stage)",
+    ]
+
+
+def test_no_heartbeat_between_stages_and_many_hosts_are_counted(capsys):
+    clock = Clock()
+    display = StageDisplay(rich=False, clock=clock, thread=False)
+    clock.now += 60
+    display.tick()  # no stage running: nothing to say
+    hosts = [f"kiln-node{i:02d}" for i in range(1, 8)]
+    display.stage_started(Stage("base", "x.yml", ""), hosts, 1)
+    clock.now += 10
+    display.tick()
+    display.stage_finished(Stage("base", "x.yml", ""), {"status": "ok", "hosts": {}})
+    clock.now += 60
+    display.tick()
+    shown = [STAMP.sub("", line) for line in lines(capsys)]
+    assert shown[1] == (
+        "base: still running 'starting' on 7 host(s): kiln-node01, kiln-node02, kiln-node03, "
+        "kiln-node04 +3 (10s in the task, 10s in the stage)"
+    )
+    assert shown[2:] == ["base: ok (no host)"]
+
+
+def test_on_a_terminal_the_heartbeat_updates_the_live_line(monkeypatch):
+    clock = Clock()
+    display = StageDisplay(rich=True, clock=clock, thread=False)
+    updates: list[str] = []
+    monkeypatch.setattr(display.bar, "add_task", lambda *a, **k: 0)
+    monkeypatch.setattr(display.bar, "update", lambda _id, **k: updates.append(k["description"]))
+    display.stage_started(Stage("slurm", "x.yml", ""), ["kiln-ctl"], 1)
+    display.progress(StageProgress("slurm", task="Wait for slurmctld"))
+    clock.now += 10
+    display.tick()
+    assert "still running 'Wait for slurmctld' on 1 host(s): kiln-ctl (10s" in updates[-1]
+
+
+def test_the_heartbeat_thread_ticks_while_the_display_is_open(capsys):
+    with StageDisplay(rich=False, every=0.0) as display:
+        display.stage_started(Stage("base", "x.yml", ""), ["kiln-node01"], 1)
+        time.sleep(1.3)  # the thread ticks once a second
+    assert any("base: still running 'starting'" in line for line in lines(capsys))
+
+
+def test_sandbox_plain_progress_is_timestamped_and_throttles_detail_lines(capsys):
+    clock = Clock()
+    say = plain_progress(clock=clock, every=10)
+    say("building the node image")
+    for second in range(25):  # apt prints a line a second
+        say(f"node image: Unpacking package{second}", detail=True)
+        clock.now += 1
+    say("starting kiln-ctl")
+    shown = [STAMP.sub("", line) for line in lines(capsys)]
+    assert shown == [
+        "building the node image",  # a line: the next 10 s of detail stay quiet
+        "  node image: Unpacking package10",
+        "  node image: Unpacking package20",
+        "starting kiln-ctl",
+    ]
+
+
+def test_a_silent_build_command_reports_that_it_is_still_running(monkeypatch):
+    monkeypatch.setattr(image, "HEARTBEAT_S", 0.2)
+    said: list[str] = []
+    script = "print('Get:1 python3-torch', flush=True); import time; time.sleep(1.5); print('done')"
+    rc, tail = image.stream(
+        [sys.executable, "-c", script],
+        "node image",
+        lambda message, detail=False: said.append(message),
+        timeout=30,
+    )
+    assert rc == 0 and tail == ["Get:1 python3-torch", "done"]
+    assert said[0] == "node image: Get:1 python3-torch"
+    assert any(line.startswith("node image: still running (") for line in said), said
+
+
+def test_the_burnin_job_poll_says_something_every_ten_seconds_while_jobs_run():
+    clock = Clock()
+    said: list[str] = []
+    polls = iter(["1|RUNNING|None\n"] * 5 + [""])
+    ctl = SimpleNamespace(
+        submit_many=lambda scripts, name: (["1"], ""),
+        run=lambda argvs, check=False: [SimpleNamespace(stdout=next(polls))],
+    )
+    queue = JobQueue(ctl, said.append, poll_seconds=5, clock=clock)
+    queue.run([JobSpec("gemm-kiln-node01", "#!/bin/sh", ("kiln-node01",))], "node GEMM",
+              limit_minutes=10)  # fmt: skip
+    assert said == [
+        "node GEMM: 1 Slurm job(s) 1",
+        "node GEMM: 1 running (0s)",
+        "node GEMM: 1 running (10s)",
+        "node GEMM: 1 running (20s)",
+    ]
+
+
+def test_the_node_image_installs_the_burnin_runtime_the_role_pins():
+    role = yaml.safe_load((REPO / "playbooks/roles/burnin/vars/Debian.yml").read_text())
+    pinned = {spec.split("=")[0]: spec for spec in role["__burnin_system_packages"]}
+    assert set(pinned) == set(image.RUNTIME_PACKAGES)
+    assert all("=" in spec for spec in pinned.values()), "the role checks the version"
+    assert "prometheus-node-exporter" in image.PREFETCH_PACKAGES  # the monitoring stage's
+    for package in image.RUNTIME_PACKAGES:
+        assert f"--no-install-recommends {package}" in image.CUSTOMIZE
