@@ -1,4 +1,5 @@
-"""`kiln status INVENTORY`: the cluster as Slurm sees it, beside the inventory."""
+"""`kiln status INVENTORY`: the cluster as Slurm sees it, beside the inventory; with --health,
+each compute node's last health result (one SSH round trip per node, only when asked)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import typer
 from rich.table import Table
 
 from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
-from kiln.console import err, out, print_json, safe
-from kiln.inventory import require_valid
+from kiln.console import err, folded, out, print_json, safe
+from kiln.inventory import Cluster, require_valid
+from kiln.render.hostlist import compress
 from kiln.slurmctl import ClusterStatus, cluster_status
 
 STATE_STYLE = {"idle": "green", "mixed": "cyan", "allocated": "cyan", "drained": "yellow",
@@ -22,13 +24,31 @@ def _state(text: str) -> str:
     return f"[{STATE_STYLE.get(base, 'bold red' if text.endswith('*') else '')}]{safe(text)}[/]"
 
 
-def render_table(status: ClusterStatus) -> None:
+def last_health(cluster: Cluster, fanout: int, timeout: float) -> dict[str, dict]:
+    """Each compute node's last health result (its last.json), read like `kiln health --last`."""
+    from kiln.fleet import run_command, select_nodes
+    from kiln.health.results import last_cell, node_command
+
+    nodes = select_nodes(cluster, "kiln_compute")
+    result = run_command(nodes, node_command(last=True), fanout=fanout, timeout=timeout)
+    return {r.name: last_cell(str(r.status), r.stdout, r.stderr) for r in result.results}
+
+
+def _health(cell: dict | None) -> str:
+    if cell is None:
+        return "-"
+    style = {True: "green", False: "bold red"}.get(cell["ok"], "yellow")
+    return f"[{style}]{safe(cell['text'])}[/]"
+
+
+def render_table(status: ClusterStatus, health: dict[str, dict] | None = None) -> None:
     counts = ", ".join(f"{len(names)} {state}" for state, names in status.by_state().items())
     table = Table(
         title=f"{status.cluster} via {status.controller}: {counts or 'no node'}",
         title_justify="left",
     )
-    for column in ("node", "state", "GPUs (Gres/declared)", "reason", "last burn-in", "flag"):
+    columns = ["node", "state", "GPUs (Gres/declared)", "reason", "last burn-in"]
+    for column in [*columns, *(["last health"] if health is not None else []), "flag"]:
         table.add_column(column)
     for row in status.rows:
         slurm = row.slurm
@@ -41,28 +61,61 @@ def render_table(status: ClusterStatus) -> None:
         gpus = f"{slurm.gpus if slurm else '-'}/{declared}"
         flag = f"[bold red]{safe(row.flag)}[/]" if row.flag else ""
         cells = (safe(row.name), _state(row.state), gpus, safe(reason), safe(row.burnin.text()))
+        if health is not None:
+            cells = (*cells, _health(health.get(row.name)))
         table.add_row(*cells, flag)
-    out.print(table)
+    out.print(folded(table))
 
 
 def status(
     inventory: Annotated[Path, typer.Argument(help="The inventory directory.")],
     json_: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
+    health: Annotated[
+        bool,
+        typer.Option(
+            "--health",
+            help="Also read each compute node's last health result over SSH (kiln health --last).",
+        ),
+    ] = False,
+    fanout: Annotated[int, typer.Option("--fanout", "-f", min=1, help="With --health.")] = 64,
+    timeout: Annotated[
+        float, typer.Option("--timeout", "-t", min=0.1, help="With --health: seconds per node.")
+    ] = 30.0,
     vault_id: VaultIds = None,
     vault_password_file: VaultPasswordFile = None,
 ) -> int:
     """Nodes by Slurm state, drain reasons (who, when, why), GPUs per node from Gres and the last
-    burn-in verdict; nodes known to only one of the inventory and Slurm are flagged.
+    burn-in verdict; nodes known to only one of the inventory and Slurm are flagged. --health
+    adds each compute node's last health result (its last.json over SSH, like kiln health
+    --last); without it, status asks the controller only.
 
     Exit 0 when Slurm answered (whatever the nodes' states); 1 when the controller could not be
     asked; 2 on an invalid inventory.
+
+    Example:
+
+        kiln status inventories/sandbox
     """
     cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     result = cluster_status(cluster)
+    cells = last_health(cluster, fanout, timeout) if health else None
     if json_:
-        print_json("status", {"inventory": str(inventory.resolve()), **result.to_dict()})
+        document = {"inventory": str(inventory.resolve()), **result.to_dict()}
+        if cells is not None:
+            for node in document["nodes"]:
+                node["health"] = cells.get(node["name"])
+        print_json("status", document)
     else:
-        render_table(result)
+        render_table(result, cells)
     if result.flagged:
         err.print(f"{len(result.flagged)} node(s) flagged: inventory and Slurm disagree")
+    if cells is not None:
+        unhealthy = sorted(name for name, cell in cells.items() if cell["ok"] is False)
+        unread = sorted(name for name, cell in cells.items() if cell["ok"] is None)
+        if unhealthy:
+            err.print(f"{len(unhealthy)} node(s) unhealthy at their last check: "
+                      + safe(compress(unhealthy)))  # fmt: skip
+        if unread:
+            err.print(f"{len(unread)} node(s) without a last health result: "
+                      + safe(compress(unread)))  # fmt: skip
     return 0
