@@ -24,7 +24,7 @@ help:
 	@echo "make test-unit   the fast loop: unit tests only (no Ansible runs, torch, sshd or browser)"
 	@echo "make test-local  the local tier: real Ansible runs, torch, sshd and chromium here (no Docker)"
 	@echo "make bench       benchmarks: inventory scale, engine overhead, exec fan-out, judging, controller cost, health check"
-	@echo "make bench-remote  remote latency per host-task over SSH, mitogen beside ssh (sandbox)"
+	@echo "make bench-remote  remote latency per host-task over SSH, mitogen beside ssh; kiln health beside kiln exec (sandbox)"
 	@echo "make gpu-check   checks that need an NVIDIA GPU (skipped without one)"
 
 # The virtual environment, reinstalled when pyproject.toml or the pinned versions change; every
@@ -110,6 +110,7 @@ bench: deps
 bench-remote: deps docker
 	$(BIN)/kiln sandbox up --nodes 2 >/dev/null
 	$(BIN)/python bench/remote_latency.py inventories/sandbox
+	$(BIN)/python bench/health_remote.py inventories/sandbox
 
 gpu-check: deps
 	$(BIN)/pytest -q -m gpu tests
