@@ -23,7 +23,7 @@ help:
 	@echo "make test        lint, unit and local tests, then the Docker tier (what CI runs)"
 	@echo "make test-unit   the fast loop: unit tests only (no Ansible runs, torch, sshd or browser)"
 	@echo "make test-local  the local tier: real Ansible runs, torch, sshd and chromium here (no Docker)"
-	@echo "make bench       benchmarks: inventory scale, engine overhead, exec fan-out, judging, controller cost, health check"
+	@echo "make bench       benchmarks: inventory scale, start-up, engine overhead, exec fan-out, judging, controller cost, health check"
 	@echo "make bench-remote  remote latency per host-task over SSH, mitogen beside ssh; kiln health beside kiln exec (sandbox)"
 	@echo "make gpu-check   checks that need an NVIDIA GPU (skipped without one)"
 
@@ -100,6 +100,7 @@ demo: deps-runtime docker
 
 bench: deps
 	$(BIN)/python bench/inventory_scale.py
+	$(BIN)/python bench/startup.py
 	$(BIN)/python bench/judge_scale.py
 	$(BIN)/python bench/engine_overhead.py --hosts 50 200
 	$(BIN)/python bench/exec_fanout.py --plain-user

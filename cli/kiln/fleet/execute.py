@@ -1,7 +1,9 @@
 """Run one command on many nodes over SSH in parallel, each node bounded by a deadline.
 
-Each node gets a worker from a bounded pool (`fanout`). Connecting is bounded by the node's
-connect timeout (ansible_timeout or ConnectTimeout, default 10 s), the command by `timeout`
+Each node gets a worker from a bounded pool (`fanout`). kiln.fleet.connect connects it (host
+keys checked, retries); the command runs through fabric over that connection
+(kiln.fleet.session). Connecting is bounded by the node's connect timeout
+(ansible_timeout or ConnectTimeout, default 10 s), the command by `timeout`
 seconds from its start, as pdsh -u and clush -u do. A command still running then is killed
 (kiln.fleet.channel.kill) and its channel closed; the node is reported `timeout` with what it
 printed so far. A node that cannot be reached or logged into is
@@ -20,8 +22,8 @@ from enum import StrEnum
 
 import paramiko
 
-from kiln.fleet.channel import collect, kill
 from kiln.fleet.connect import Connector, UnknownHostKey, describe
+from kiln.fleet.session import connection, run_on
 from kiln.fleet.ssh import SshSettings, settings_for
 from kiln.inventory import Node
 
@@ -89,23 +91,18 @@ def _run_one(
         return result(Status.UNREACHABLE, error=describe(error))
     active.add(client)
     try:
-        chan = client.get_transport().open_session(timeout=settings.connect_timeout)
-        deadline = time.monotonic() + timeout
-        chan.exec_command(command)
-        chan.shutdown_write()  # stdin at EOF: a command reading it does not wait forever
-        out, err, timed_out = collect(chan, deadline)
-        if timed_out:
-            kill(chan)
+        outcome = run_on(connection(settings, client), command, timeout)
+        out, err = outcome.stdout, outcome.stderr
+        if outcome.timed_out:
             return result(
-                Status.TIMEOUT, stdout=out.text(), stderr=err.text(),
+                Status.TIMEOUT, stdout=out, stderr=err,
                 error=f"still running after {timeout:g}s: killed",
             )  # fmt: skip
-        code = chan.recv_exit_status()
-        if code == -1:  # no exit-status: killed by a signal, or the connection dropped
-            return result(Status.FAILED, stdout=out.text(), stderr=err.text(),
+        if outcome.exit_code == -1:  # no exit-status: killed by a signal, or the link dropped
+            return result(Status.FAILED, stdout=out, stderr=err,
                           error="no exit status (killed by a signal?)")  # fmt: skip
-        status = Status.OK if code == 0 else Status.FAILED
-        return result(status, exit_code=code, stdout=out.text(), stderr=err.text())
+        status = Status.OK if outcome.exit_code == 0 else Status.FAILED
+        return result(status, exit_code=outcome.exit_code, stdout=out, stderr=err)
     except Exception as error:  # noqa: BLE001 - the connection broke mid-command
         return result(Status.UNREACHABLE, error=f"connection lost: {describe(error)}")
     finally:
