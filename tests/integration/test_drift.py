@@ -24,7 +24,9 @@ pytestmark = pytest.mark.integration
 
 KILN = str(Path(sys.executable).parent / "kiln")
 FILE_NODE, FILE = "kiln-node01", "/etc/security/limits.d/90-kiln-memlock.conf"
-SERVICE_NODE, SERVICE = "kiln-node02", "chrony"
+# The sandbox does not run chrony (containers keep the host's clock): slurmd is the managed
+# service, in the slurm stage.
+SERVICE_NODE, SERVICE, SERVICE_STAGE = "kiln-node02", "slurmd", "slurm"
 PACKAGE_NODE, PACKAGE = "kiln-ctl", "ethtool"
 NODES = ("kiln-ctl", "kiln-node01", "kiln-node02")
 
@@ -96,13 +98,11 @@ def test_drift_is_found_and_repaired_on_exactly_the_drifted_node_stages(
     drift = live(inventory, state)
     assert running(drift) == {
         (FILE_NODE, "base", "drifted"),
-        (SERVICE_NODE, "base", "drifted"),
+        (SERVICE_NODE, SERVICE_STAGE, "drifted"),
         (PACKAGE_NODE, "base", "drifted"),
     }
-    details = {
-        node: drift["stages"]["base"][node]["details"]
-        for node in (FILE_NODE, SERVICE_NODE, PACKAGE_NODE)
-    }
+    details = {node: drift["stages"]["base"][node]["details"] for node in (FILE_NODE, PACKAGE_NODE)}
+    details[SERVICE_NODE] = drift["stages"][SERVICE_STAGE][SERVICE_NODE]["details"]
     assert [(d["kind"], d["name"]) for d in details[FILE_NODE]] == [("file", FILE)]
     assert [(d["kind"], d["name"]) for d in details[SERVICE_NODE]] == [("service", SERVICE)]
     assert details[SERVICE_NODE][0]["now"]["active"] != "active"
@@ -110,11 +110,12 @@ def test_drift_is_found_and_repaired_on_exactly_the_drifted_node_stages(
         ("package", PACKAGE, None)
     ]
 
-    # The next provision runs base (and preflight before it) on those nodes, nothing else.
+    # The next provision runs those stages (and preflight before them) there, nothing else.
     repair, _, _ = provision(inventory, state)
     ran = {(e["name"], h) for e in repair["stages"] for h in e["hosts"]}
-    assert {stage for stage, _ in ran} <= {"preflight", "base"}, ran
-    assert {h for stage, h in ran if stage == "base"} == {FILE_NODE, SERVICE_NODE, PACKAGE_NODE}
+    assert {stage for stage, _ in ran} <= {"preflight", "base", SERVICE_STAGE}, ran
+    assert {h for stage, h in ran if stage == "base"} == {FILE_NODE, PACKAGE_NODE}
+    assert {h for stage, h in ran if stage == SERVICE_STAGE} == {SERVICE_NODE}
     assert repair["failed_hosts"] == [] and repair["changed"] > 0
     assert "# drift" not in on(FILE_NODE, "cat", FILE)
     assert on(SERVICE_NODE, "systemctl", "is-active", SERVICE) == "active"

@@ -56,7 +56,9 @@ def state(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def converged(sandbox, state) -> dict:
-    code, summary = provision_json(sandbox.inventory, state)
+    # --full: every stage's tasks on every node, whatever the nodes' records say (the tests
+    # below are about the roles and the engine; tests/integration/test_drift.py about skipping)
+    code, summary = provision_json(sandbox.inventory, state, "--full")
     assert code == 0, summary.get("_stderr")
     return summary
 
@@ -163,7 +165,16 @@ def test_node_stopped_mid_run_is_unreachable_and_retry_failed_converges_it(
     victim = sandbox.nodes[-1].name
     runs_before = set((state / "runs").iterdir())
     proc = subprocess.Popen(
-        [KILN, "provision", str(sandbox.inventory), "--stages", STAGES, "--yes", "--json"],
+        [
+            KILN,
+            "provision",
+            str(sandbox.inventory),
+            "--stages",
+            STAGES,
+            "--full",
+            "--yes",
+            "--json",
+        ],  # fmt: skip
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

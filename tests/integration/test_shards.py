@@ -46,7 +46,8 @@ def copy_inventory(sandbox, tmp_path: Path, rollout: dict, extra_hosts: str = ""
 
 def provision(inventory: Path, state: Path) -> tuple[int, dict, str]:
     proc = subprocess.run(
-        [KILN, "provision", str(inventory), "--stages", STAGES, "--yes", "--json"],
+        # --full: the shards' runs themselves, whatever the nodes recorded of earlier runs
+        [KILN, "provision", str(inventory), "--stages", STAGES, "--full", "--yes", "--json"],
         capture_output=True,
         text=True,
         env={**os.environ, "KILN_HOME": str(state)},

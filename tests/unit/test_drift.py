@@ -335,6 +335,7 @@ def test_records_are_written_for_good_hosts_and_removed_for_bad_ones():
     work = payloads(stages, managed, desired, "RUN")
     assert work["a"]["records"]["base"] == {"fingerprint": "fa", "run_id": "RUN",
         "files": ["/etc/x"], "packages": [], "services": ["chrony"]}  # fmt: skip
-    assert work["a"]["records"]["slurm"]["files"] == []
+    # The munge key is written by a no_log task (censored result): the stage declares it.
+    assert work["a"]["records"]["slurm"]["files"] == ["/etc/munge/munge.key"]
     assert work["b"] == {"records": {}, "remove": ["base", "slurm"]}
     assert "c" not in work  # never ran the stage: its record (if any) stays as it was

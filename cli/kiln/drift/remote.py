@@ -89,6 +89,12 @@ def _local(node: Node) -> bool:
     return str(node.hostvars.get("ansible_connection") or "") == "local"
 
 
+# Files a stage writes in `no_log` tasks: their results are censored and name nothing, so they
+# are declared here (the node hashes them when it records; the hash stays on the node, root-only).
+# The munge key above all: a corrupted key is drift a re-apply must find and repair.
+NO_LOG_FILES: dict[str, tuple[str, ...]] = {"slurm": ("/etc/munge/munge.key",)}
+
+
 def payloads(
     stages: Iterable[Mapping[str, Any]],
     managed: Mapping[str, Mapping[str, Mapping[str, list[str]]]],
@@ -109,7 +115,7 @@ def payloads(
                 payload["records"][name] = {
                     "fingerprint": wanted,
                     "run_id": run_id,
-                    "files": list(names.get("files", [])),
+                    "files": sorted({*names.get("files", []), *NO_LOG_FILES.get(name, ())}),
                     "packages": list(names.get("packages", [])),
                     "services": list(names.get("services", [])),
                 }
