@@ -42,8 +42,9 @@ def test_every_node_runs_the_image_that_carries_the_burnin_runtime(sandbox):
 
 def test_the_burnin_stage_installs_nothing_on_the_sandbox(provisioned_sandbox):
     proc = subprocess.run(
-        [KILN, "provision", str(provisioned_sandbox.inventory), "--stages", "burnin", "--yes",
-         "--json"],
+        # --full: the stage's tasks themselves (a drift-aware run skips a converged stage)
+        [KILN, "provision", str(provisioned_sandbox.inventory), "--stages", "burnin", "--full",
+         "--yes", "--json"],
         capture_output=True, text=True, timeout=600, check=False,
         env={**os.environ, "KILN_HOME": str(provisioned_sandbox.state)},
     )  # fmt: skip

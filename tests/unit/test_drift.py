@@ -316,6 +316,12 @@ def test_run_or_skip():
     described = {d.node: d.describe() for d in result.to_run()}
     assert "active active -> inactive" in described["c"]
     assert described["e"] == "probe_failed: unreachable: no route"
+    # Asked for on its own (`--stages preflight`, kiln facts' source), preflight checks every
+    # node: checking is all it does.
+    alone = assess(desired, probes, ["preflight"])
+    assert {n: d.reason for n, d in alone.decisions["preflight"].items()} == dict.fromkeys(
+        "abc", "asked"
+    )
 
 
 def test_records_are_written_for_good_hosts_and_removed_for_bad_ones():

@@ -12,6 +12,8 @@ fingerprint and the probe found nothing drifted. Anything else runs it, fail saf
 
     with_others   an ALWAYS stage (preflight: checks, manages nothing) on a node where any
                   other stage runs; skipped where none does
+    asked         an ALWAYS stage asked for on its own (`--stages preflight`): it runs on
+                  every node, since checking is all it does
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from kiln.drift.remote import NodeProbe
 ALWAYS = ("preflight",)
 RUN_REASONS = (
     "changed", "drifted", "no_record", "probe_failed", "pending", "failed_last", "with_others",
+    "asked",
 )  # fmt: skip
 
 
@@ -140,10 +143,15 @@ def assess(
             for node, wanted in desired.get(stage, {}).items()
         }
     busy = {node for nodes in decisions.values() for node, d in nodes.items() if d.run}
+    asked_alone = all(stage in ALWAYS for stage in stages)
     for stage in stages:
         if stage in ALWAYS:
             decisions[stage] = {
-                node: Decision(stage, node, "with_others" if node in busy else "unchanged")
+                node: Decision(
+                    stage,
+                    node,
+                    "asked" if asked_alone else "with_others" if node in busy else "unchanged",
+                )
                 for node in desired.get(stage, {})
             }
     ordered = {stage: decisions[stage] for stage in stages if stage in decisions}
