@@ -172,3 +172,23 @@ def test_the_node_image_installs_the_burnin_runtime_the_role_pins():
     assert "prometheus-node-exporter" in image.PREFETCH_PACKAGES  # the monitoring stage's
     for package in image.RUNTIME_PACKAGES:
         assert f"--no-install-recommends {package}" in image.CUSTOMIZE
+
+
+def test_a_slow_sandbox_boot_says_how_it_goes_every_10_s(monkeypatch):
+    from kiln.sandbox import cluster
+    from kiln.sandbox.config import Node
+
+    clock = [0.0]
+    monkeypatch.setattr(cluster.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(cluster.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    monkeypatch.setattr(
+        cluster, "systemd_state", lambda name: "starting" if clock[0] < 25 else "running"
+    )
+    monkeypatch.setattr(cluster, "_port_open", lambda address: True)
+    said: list[str] = []
+    node = Node("kiln-node01", "172.31.250.11", "compute")
+    assert cluster.wait_ready(node, progress=said.append) == "running"
+    assert said == [
+        "kiln-node01: still booting after 10s (systemd: starting)",
+        "kiln-node01: still booting after 20s (systemd: starting)",
+    ]

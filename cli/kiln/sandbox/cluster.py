@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kiln.errors import OperationFailed
@@ -137,14 +138,21 @@ def _port_open(address: str, port: int = 22) -> bool:
         return False
 
 
-def wait_ready(node: Node, timeout: float = 90) -> str:
-    """Wait until systemd finished booting and sshd answers; the systemd state."""
-    deadline = time.monotonic() + timeout
+def wait_ready(
+    node: Node, timeout: float = 90, progress: Callable[[str], None] | None = None
+) -> str:
+    """Wait until systemd finished booting and sshd answers; the systemd state. Says how the
+    wait goes every 10 s, so a slow boot is never a silent one."""
+    start = time.monotonic()
+    deadline, told = start + timeout, start
     state = "unknown"
     while time.monotonic() < deadline:
         state = systemd_state(node.name)
         if state in READY_STATES and _port_open(node.address):
             return state
+        if progress is not None and time.monotonic() - told >= 10:
+            told = time.monotonic()
+            progress(f"{node.name}: still booting after {told - start:.0f}s (systemd: {state})")
         time.sleep(0.5)
     raise OperationFailed(
         f"{node.name} did not become ready within {timeout:.0f}s (systemd: {state}; "

@@ -79,7 +79,7 @@ def up(count: int, paths: Paths, progress: Progress = _quiet, *, rebuild: bool =
     lines, results = [], []
     for node in wanted:
         progress(f"waiting for systemd and sshd on {node.name}")
-        state = cluster.wait_ready(node)
+        state = cluster.wait_ready(node, progress=progress)
         ssh.authorize(node, paths.public_key)
         lines.append(ssh.known_hosts_line(node, ssh.host_key(node)))
         results.append(NodeResult(node.name, node.address, actions[node.name], state))
