@@ -29,7 +29,9 @@ STATE_DIR = "/var/lib/kiln/state"
 
 def _start(inventory: Path, home: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [KILN, "provision", str(inventory), "--stages", "base", "--yes", "--json"],
+        # --full: the base stage's tasks run under the lock for tens of seconds, so the two runs
+        # overlap (a drift-aware run of a converged sandbox ends in about a second)
+        [KILN, "provision", str(inventory), "--stages", "base", "--full", "--yes", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
