@@ -247,3 +247,12 @@ def test_kiln_health_reads_each_nodes_answer():
     assert not node_entry("n1", "unreachable", None, "")["ok"]
     entry = node_entry("n1", "ok", 0, json.dumps(document))
     assert not entry["ok"] and entry["failing"] == [{"check": "mount", "ok": False}]
+
+
+def test_the_inventory_knows_every_check_the_node_program_runs():
+    # Two lists by necessity (inventory sits below health; checks.py ships to nodes stdlib-only):
+    # kiln_health.skip and prolog_checks must accept exactly the checks there are.
+    from kiln.health import checks
+    from kiln.inventory.health_spec import CHECK_IDS
+
+    assert CHECK_IDS == checks.CHECKS

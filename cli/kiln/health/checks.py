@@ -48,7 +48,8 @@ IB_ERROR_COUNTERS = tuple(
     name for name in SYSFS_NAMES if "Data" not in name and "Pkts" not in name and "Wait" not in name
 )
 
-GPU_CHECKS = (
+# What one `nvidia-smi --query-gpu` reading answers (the node program's gpu probe).
+GPU_QUERY_CHECKS = (
     "gpu_count",
     "gpu_model",
     "persistence",
@@ -56,10 +57,8 @@ GPU_CHECKS = (
     "retired_pages",
     "remapped_rows",
     "throttle",
-    "nvlink",
-    "fabric_manager",
-    "xid",
 )
+GPU_CHECKS = (*GPU_QUERY_CHECKS, "nvlink", "fabric_manager", "xid")
 FABRIC_CHECKS = ("ib_port", "ib_errors")
 NODE_CHECKS = ("mount", "time_sync", "slurmd", "munge", "disk")
 CHECKS = GPU_CHECKS + FABRIC_CHECKS + NODE_CHECKS

@@ -136,15 +136,7 @@ class Probes:
             probes.append(
                 (
                     "gpu",
-                    (
-                        "gpu_count",
-                        "gpu_model",
-                        "persistence",
-                        "ecc",
-                        "retired_pages",
-                        "remapped_rows",
-                        "throttle",
-                    ),
+                    checks.GPU_QUERY_CHECKS,
                     self.gpu,
                 )
             )
