@@ -91,14 +91,24 @@ class Cluster(BaseModel):
     def node(self, name: str) -> Node:
         return self._by_name[name]
 
+    # The model is frozen, so the selections below are computed once (`kiln plan` asks for the
+    # controllers once per shard); each call still returns a list of its own.
+    @cached_property
+    def _controllers(self) -> tuple[Node, ...]:
+        return tuple(node for node in self.nodes if node.is_controller)
+
+    @cached_property
+    def _compute(self) -> tuple[Node, ...]:
+        return tuple(node for node in self.nodes if node.is_compute)
+
     @property
     def controllers(self) -> list[Node]:
-        return [node for node in self.nodes if node.is_controller]
+        return list(self._controllers)
 
     @property
     def compute(self) -> list[Node]:
-        return [node for node in self.nodes if node.is_compute]
+        return list(self._compute)
 
-    @property
+    @cached_property
     def gpu_total(self) -> int:
-        return sum(node.gpu_count for node in self.compute)
+        return sum(node.gpu_count for node in self._compute)

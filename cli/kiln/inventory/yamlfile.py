@@ -85,12 +85,27 @@ class _LineLoader(_BaseLoader):  # type: ignore[misc, valid-type]
     pass
 
 
+# Plain scalars (most of an inventory: every host's name and address) are built by their
+# constructor directly, without construct_object's bookkeeping (the alias cache, the recursion
+# guard), which only matters for collections and for tags kiln adds (!vault, !unsafe). The
+# same constructor, so the same value: `yes` is still True, `010` still 8.
+_PLAIN_TAGS = tuple(f"tag:yaml.org,2002:{name}" for name in ("str", "int", "bool", "float", "null"))
+
+
+def _construct(loader: _LineLoader, node: yaml.Node) -> object:
+    if node.__class__ is yaml.ScalarNode:
+        plain = _PLAIN.get(node.tag)
+        if plain is not None:
+            return plain(loader, node)
+    return loader.construct_object(node, deep=True)
+
+
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> LocatedDict:
     loader.flatten_mapping(node)
     mapping = LocatedDict()
     mapping.line = node.start_mark.line + 1
     for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
+        key = _construct(loader, key_node)
         if not isinstance(key, str | int | float | bool) and key is not None:
             raise yaml.constructor.ConstructorError(
                 None, None, "a mapping key must be a plain value", key_node.start_mark
@@ -98,7 +113,7 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> LocatedDi
         line = key_node.start_mark.line + 1
         if key in mapping:
             mapping.duplicates.append((str(key), line))
-        mapping[key] = loader.construct_object(value_node, deep=True)
+        mapping[key] = _construct(loader, value_node)
         mapping.key_lines[key] = line
     return mapping
 
@@ -118,6 +133,9 @@ def _construct_unsafe(loader: _LineLoader, node: yaml.Node) -> object:
 _LineLoader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
 _LineLoader.add_constructor("!vault", _construct_vault)
 _LineLoader.add_constructor("!unsafe", _construct_unsafe)
+_PLAIN = {tag: _LineLoader.yaml_constructors[tag] for tag in _PLAIN_TAGS}
+# SafeConstructor.construct_yaml_str returns the scalar's text as it is; so does this.
+_PLAIN["tag:yaml.org,2002:str"] = lambda loader, node: node.value
 
 
 class YamlError(Exception):

@@ -33,16 +33,20 @@ def make_plan(
     shard_by = options.shard_by or cluster.rollout.shard_by
     shard_size = options.shard_size or cluster.rollout.shard_size
     workers = worker_hosts(cluster)
+    shards: dict[tuple[str, ...], tuple] = {}  # most stages run on the same hosts: split once
+    for _, hosts in runs:
+        if tuple(hosts) not in shards:
+            shards[tuple(hosts)] = tuple(
+                plan_shards(
+                    cluster, hosts, shard_by=shard_by, shard_size=shard_size, workers=workers
+                )
+            )
     planned = tuple(
         StagePlan(
             stage,
             tuple(hosts),
             tuple(tuple(b) for b in split_batches(hosts, rollout.batch_size)),
-            tuple(
-                plan_shards(
-                    cluster, hosts, shard_by=shard_by, shard_size=shard_size, workers=workers
-                )
-            ),
+            shards[tuple(hosts)],
         )
         for stage, hosts in runs
     )
