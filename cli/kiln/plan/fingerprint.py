@@ -113,16 +113,24 @@ def code_digest(stage: Stage, playbooks_dir: Path = PLAYBOOKS_DIR) -> tuple[str,
     return digest_of(parts), reads
 
 
-def node_digest(cluster: Cluster, name: str) -> str:
+def memberships(cluster: Cluster) -> dict[str, list[str]]:
+    """host -> the groups it belongs to, sorted: one pass over the groups (asking each group
+    for each host was quadratic in the fleet)."""
+    member_of: dict[str, list[str]] = {}
+    for group in sorted(cluster.groups):
+        for host in cluster.groups[group]:
+            member_of.setdefault(host, []).append(group)
+    return member_of
+
+
+def node_digest(cluster: Cluster, name: str, member_of: Mapping[str, list[str]]) -> str:
     """What kiln.inventory.export hands Ansible for this node: its variables, the versions and
-    the groups it belongs to."""
-    node = cluster.node(name)
-    member_of = sorted(group for group, hosts in cluster.groups.items() if name in hosts)
+    the groups it belongs to (`member_of`: memberships(cluster))."""
     return digest_of(
         {
-            "vars": resolved_vars(node),
+            "vars": resolved_vars(cluster.node(name)),
             "versions": cluster.versions.model_dump(),
-            "groups": member_of,
+            "groups": member_of.get(name, []),
         }
     )
 
@@ -143,6 +151,7 @@ def fingerprints(
         "extravars": dict(plan.options.extravars),
     }
     per_node: dict[str, str] = {}
+    member_of = memberships(cluster)
     result: dict[str, dict[str, str]] = {}
     for planned in plan.stages:
         code, reads = code_digest(planned.stage, playbooks_dir)
@@ -152,7 +161,7 @@ def fingerprints(
         wanted = planned.hosts if hosts is None else tuple(hosts)
         for host in wanted:
             if host not in per_node:
-                per_node[host] = node_digest(cluster, host)
+                per_node[host] = node_digest(cluster, host, member_of)
         result[planned.name] = {h: digest_of([stage_part, per_node[h]]) for h in wanted}
     return result
 
