@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kiln.errors import InvalidInputError
-from kiln.sandbox import cluster, image, inventory, ssh
+from kiln.sandbox import cluster, image, inventory, light, ssh
 from kiln.sandbox.config import MAX_NODES, Paths, nodes
 from kiln.sandbox.docker import require_docker
 
@@ -93,12 +93,13 @@ def up(count: int, paths: Paths, progress: Progress = _quiet, *, rebuild: bool =
 
 
 def down() -> DownResult:
-    """Remove the containers and the network; the image and the keys stay."""
+    """Remove the containers and the network, light hosts included; the image and the keys
+    stay."""
     require_docker()
     names = [c.name for c in cluster.containers()]
     for name in names:
         cluster.remove_container(name)
-    return DownResult(names, cluster.remove_network())
+    return DownResult(names + light.down(), cluster.remove_network())
 
 
 def status() -> list[StatusRow]:
