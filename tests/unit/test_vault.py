@@ -409,3 +409,36 @@ def test_a_vaulted_value_decrypts_in_a_real_play_through_the_environment(tmp_pat
     for path in (p for p in state.rglob("*") if p.is_file()):
         text = path.read_text(errors="replace")
         assert key not in text and "$ANSIBLE_VAULT" not in text, path
+
+
+def _ini_inventory(directory: Path, *, encrypt: bool) -> Path:
+    """An INI inventory (hosts), encrypted whole with ansible-vault when `encrypt`."""
+    directory.mkdir()
+    text = (
+        "[all:vars]\nkiln_cluster_name=ini-vaulted\n\n"
+        "[kiln_controllers]\nctl01 ansible_host=10.0.0.1\n\n"
+        "[kiln_compute]\ngpu01 ansible_host=10.0.0.11 kiln_bmc_user=operator-ini\n\n"
+        "[kiln_compute:vars]\nkiln_gpu_model=h100-sxm\n"
+    )
+    if encrypt:  # unencrypted, kiln refuses a plaintext become password (a test above)
+        text += "ansible_become_password=become-ini-secret\n"
+    vault = VaultConfig.build([str(PASSWORD)], None, {})
+    (directory / "hosts").write_text(vault.encrypt(text) if encrypt else text)
+    return directory
+
+
+def test_every_value_of_a_whole_encrypted_ini_inventory_is_secret_to_the_records(tmp_path):
+    """As a whole encrypted YAML file: the INI file's values are plain to kiln and secret to
+    the records; its secret key stays a vault value. The same file unencrypted is not secret."""
+    vault = VaultConfig.build([str(PASSWORD)], None, {})
+    cluster = require_valid(_ini_inventory(tmp_path / "enc", encrypt=True), vault)
+    gpu01 = cluster.node("gpu01").hostvars
+    assert gpu01["kiln_bmc_user"] == "operator-ini" and gpu01["ansible_host"] == "10.0.0.11"
+    hostvars = [node.hostvars for node in cluster.nodes]
+    assert {"operator-ini", "10.0.0.11", "become-ini-secret"} <= secret_strings(hostvars)
+    assert {"kiln_bmc_user", "ansible_become_password"} <= secret_keys(hostvars)
+    assert "become-ini-secret" not in repr(gpu01["ansible_become_password"])  # a vault value
+    assert redact("ipmitool -U operator-ini", secret_strings(hostvars)) == f"ipmitool -U {REDACTED}"
+
+    plain = require_valid(_ini_inventory(tmp_path / "plain", encrypt=False))
+    assert "operator-ini" not in secret_strings(node.hostvars for node in plain.nodes)

@@ -6,6 +6,7 @@ import ast
 import re
 import shlex
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from kiln.inventory.findings import FindingCollector, Origin
@@ -32,7 +33,16 @@ def parse_ini_value(text: str) -> object:
     return value
 
 
-def read_ini_inventory(path: Path, text: str, raw: RawInventory, collector: FindingCollector):
+def read_ini_inventory(
+    path: Path,
+    text: str,
+    raw: RawInventory,
+    collector: FindingCollector,
+    sealed: Callable[[str, object], object] | None = None,
+):
+    """Read an INI inventory into `raw`. `sealed(key, value)`: what a value of a whole encrypted
+    file becomes (kiln.inventory.secrets.from_encrypted_file), so the records redact it."""
+    value_of = sealed or (lambda _key, value: value)
     group_name, state = "ungrouped", "hosts"
     # As Ansible: a group named by [g:children] or [g:vars] must be defined by its own section
     # (here or in an earlier source), or Ansible refuses the whole file.
@@ -80,7 +90,10 @@ def read_ini_inventory(path: Path, text: str, raw: RawInventory, collector: Find
             if not sep:
                 collector.error(f"expected key=value, got {line!r}", origin=origin)
                 continue
-            set_var(group.file_vars, key.strip(), parse_ini_value(value.strip()), origin)
+            set_var(
+                group.file_vars, key.strip(), value_of(key.strip(), parse_ini_value(value.strip())),
+                origin,
+            )  # fmt: skip
             update_priority(group, collector)
         elif state == "children":
             child = INI_GROUP_NAME.match(line)
@@ -91,7 +104,7 @@ def read_ini_inventory(path: Path, text: str, raw: RawInventory, collector: Find
             if child.group(1) not in defined:
                 pending.setdefault(child.group(1), (f"[{group_name}:children]", origin))
         else:
-            _read_host_line(line, group, origin, raw, collector)
+            _read_host_line(line, group, origin, raw, collector, value_of)
     for name, (section_name, origin) in pending.items():
         if name not in defined:
             collector.error(
@@ -104,7 +117,12 @@ def read_ini_inventory(path: Path, text: str, raw: RawInventory, collector: Find
 
 
 def _read_host_line(
-    line: str, group: RawGroup, origin: Origin, raw: RawInventory, collector: FindingCollector
+    line: str,
+    group: RawGroup,
+    origin: Origin,
+    raw: RawInventory,
+    collector: FindingCollector,
+    value_of: Callable[[str, object], object],
 ) -> None:
     try:
         tokens = shlex.split(line, comments=True)
@@ -119,5 +137,5 @@ def _read_host_line(
         if not sep:
             collector.error(f"expected key=value after the host name, got {token!r}", origin=origin)
             continue
-        host_vars[key] = parse_ini_value(value)
+        host_vars[key] = value_of(key, parse_ini_value(value))
     declare_hosts(raw, group, pattern, host_vars, None, origin, collector)

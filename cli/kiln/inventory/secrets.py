@@ -48,6 +48,14 @@ def open_file(
         return None
 
 
+def from_encrypted_file(key: str, value: object, vault: VaultConfig) -> object:
+    """A value read from a whole encrypted file (YAML or INI): a secret key's value encrypted
+    again as a vault value; any other value sealed, so every record redacts it."""
+    if key in SECRET_KEYS and isinstance(value, str | int | float):
+        return VaultValue(vault.encrypt(str(value)), str(value))
+    return seal(value)
+
+
 def unlock_values(
     data: object,
     path: Path,
@@ -60,10 +68,7 @@ def unlock_values(
     file's top-level secrets as vault values."""
     if whole_file and vault and isinstance(data, dict):
         for key, value in list(data.items()):
-            if str(key) in SECRET_KEYS and isinstance(value, str | int | float):
-                data[key] = VaultValue(vault.encrypt(str(value)), str(value))
-            else:
-                data[key] = seal(value)  # came from an encrypted file: secret to the records
+            data[key] = from_encrypted_file(str(key), value, vault)
     if vault:
         _walk(data, path, vault, collector, 1)
 

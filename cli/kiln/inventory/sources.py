@@ -22,7 +22,7 @@ from kiln.inventory.raw import (
     set_var,
     update_priority,
 )
-from kiln.inventory.secrets import open_file, unlock_values
+from kiln.inventory.secrets import from_encrypted_file, open_file, unlock_values
 from kiln.inventory.vault import VaultConfig, is_encrypted_text
 from kiln.inventory.yamlfile import LocatedDict, YamlError, load_yaml
 
@@ -89,7 +89,8 @@ def read_inventory(
         if source.suffix in YAML_EXTENSIONS or (not source.suffix and _is_yaml_inventory(text)):
             _read_yaml_inventory(source, text, raw, collector, vault, encrypted)
         else:
-            read_ini_inventory(source, text, raw, collector)
+            sealed = (lambda k, v: from_encrypted_file(k, v, vault)) if encrypted else None
+            read_ini_inventory(source, text, raw, collector, sealed)
     _read_vars_dirs(raw, collector, vault)
     return raw
 
