@@ -225,3 +225,5 @@ def test_a_dry_run_drains_nothing_changes_nothing_and_does_not_wait(tmp_path):
     assert updates(state) == []
     assert steps(state, "n01") == [] and packages(state, "n01") == held(OLD)
     assert not any(args[0] == "squeue" for args in calls(state) if args)
+    # No "not resumed: its drain was changed" line: a dry run placed no drain to change.
+    assert "not resumed" not in done.stdout
