@@ -41,8 +41,9 @@ def test_the_inventory_is_a_valid_kiln_inventory_with_host_key_checking_on(tmp_p
     assert len(cluster.groups["kiln_compute"]) == 4
     data = yaml.safe_load(text)["all"]["vars"]
     assert "StrictHostKeyChecking=yes" in data["ansible_ssh_common_args"]
-    assert f"UserKnownHostsFile={tmp_path / 'sandbox/light/known_hosts'}" in (
-        data["ansible_ssh_common_args"]
+    assert (
+        f"UserKnownHostsFile={tmp_path / 'sandbox/light/known_hosts'}"
+        in (data["ansible_ssh_common_args"])
     )
     assert data["ansible_ssh_private_key_file"] == str(paths.private_key)
 

@@ -83,11 +83,18 @@ def collect(
 
 
 def append_compact(layout: RunLayout, lines: list[str]) -> None:
-    """Add result lines to the run's compact file (its header first when it is new)."""
-    text = "".join(lines)
+    """Add result lines to the run's compact file (its header first when it is new; a file
+    of another format is renamed results.compact.old and a new one begun)."""
+    text = compact.pack(lines)  # the A and G lines as blocks of columns
     if not text:
         return
     path = layout.root / compact.FILENAME
+    try:  # a file an older kiln began: set aside (its results are in their own files too)
+        with path.open(encoding="utf-8") as old:
+            if old.read(len(compact.HEADER)) != compact.HEADER:
+                path.replace(path.with_name(compact.FILENAME + ".old"))
+    except FileNotFoundError:
+        pass
     with path.open("a", encoding="utf-8") as out:
         if out.tell() == 0:
             out.write(compact.HEADER)

@@ -2,29 +2,42 @@
 
 A run record keeps each workload's document as its own file (gemm/<node>.json,
 allreduce/<job>.json); at 12,500 nodes that is 112,500 files, and opening them costs more than
-judging them. So kiln.burnin.collect also appends, per result, one line of this format to
-`<run>/results.compact`, written from the same text as the file, and the record loader reads
-that one file first (a result it lacks is read from its own file, as before). Format 2:
+judging them. So kiln.burnin.collect also writes every result, from the same text as its file,
+to `<run>/results.compact`, and the record loader reads that one file first (a result it lacks
+is read from its own file, as before). `encode` gives one line per result; `pack` appends a
+batch of them as blocks of columns. Format 3:
 
-    #kiln-results 2
-    G<TAB>node<TAB>[hostname, host, device_kind, dtype, [[index, name, tflops, checksum_ok,
-                    [throttle reasons], temp_c_max, error, digest, bit_mismatches, bit_checks]]]
+    #kiln-results 3
+    G<TAB>node<TAB>host<TAB>clean 0|1<TAB>throttle reasons, sorted, comma-separated<TAB>
+      tflops per device, comma-separated<TAB>[hostname, host, device_kind, dtype,
+      [[index, name, tflops, checksum_ok, [throttle reasons], temp_c_max, error, digest,
+      bit_mismatches, bit_checks]]]
     A<TAB>job<TAB>host,host<TAB>world_size<TAB>implementation<TAB>verdict_bytes<TAB>
       verdict_busbw_gbs<TAB>correct 0|1<TAB>ring 0|1<TAB>wrong<TAB>size<TAB>busbw at size|
       <TAB>[[bytes, busbw_gbs, algbw_gbs, time_us], ...]
     E<TAB>name<TAB>gemm|allreduce<TAB>"why the document could not be read" (JSON string)
+    B<TAB>A|G<TAB>count, then one line per field of those lines (name first): that field of
+      `count` results in order, joined by tabs (a block: one split per field, not per result)
 
-A gemm line's devices are one JSON array; an all-reduce line is split on tabs and its rows
-stay text until something iterates them (PackedRows): the rules read one row, at FABRIC_BYTES,
-kept beside them. Lines are written only from results the readers accepted (gemm_from_doc,
-allreduce_from_doc), so a line and its file judge the same; later lines replace earlier ones
-for the same name (a second collection). Pure: text in, text or records out.
+A gemm line's fields before its JSON are what kiln.judging.columns judges a healthy node from
+without decoding the JSON: `clean` is 1 when every device's checksum is ok, none has an error
+or a changed repeat, all digests agree and every TFLOPS figure is finite (anything else is
+judged from the record, by the rules themselves). Format 2 (older kiln: G lines with the JSON
+only, no blocks) is still read by `decode`; `table` reads format 3 only. An all-reduce's rows
+stay text until something iterates them (PackedRows): the rules read one row, at
+FABRIC_BYTES, kept beside them. A file must end with a newline and a block must hold `count`
+values in each of its lines (else a write was cut short: ResultError naming the line). Lines
+are written only from results the readers accepted (gemm_from_doc, allreduce_from_doc), so a
+line and its file judge the same; later lines replace earlier ones for the same name (a second
+collection). Pure: text in, text or records out.
 """
 
 from __future__ import annotations
 
 import gc
 import json
+import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from kiln.judging.results import (
@@ -39,7 +52,8 @@ from kiln.judging.results import (
 )
 from kiln.judging.thresholds import FABRIC_BYTES
 
-FORMAT = 2
+FORMAT = 3
+READABLE = (2, 3)  # what decode reads; table (the fast path) reads FORMAT only
 HEADER = f"#kiln-results {FORMAT}\n"
 FILENAME = "results.compact"
 _UNSAFE = ("\t", "\n", "\r")
@@ -94,7 +108,18 @@ def _gemm_line(node: str, r: GemmResult) -> str:
         for d in r.devices
     ]  # fmt: skip
     body = json.dumps([r.hostname, r.host, r.device_kind, r.dtype, devices], separators=(",", ":"))
-    return f"G\t{node}\t{body}\n"
+    throttle = sorted({t for d in r.devices for t in d.throttle_reasons})
+    clean = (
+        all(d.checksum_ok and not d.error and not d.bit_mismatches for d in r.devices)
+        and len({d.digest for d in r.devices if d.digest}) <= 1
+        and all(math.isfinite(d.tflops) for d in r.devices)
+        and _safe(r.host, *throttle)
+        and not any("," in t for t in throttle)
+    )
+    columns = (r.host, "1", ",".join(throttle), ",".join(repr(d.tflops) for d in r.devices))
+    if not clean:  # judged from the record (built from the JSON), host included
+        columns = ("", "0", "", "")
+    return f"G\t{node}\t" + "\t".join(columns) + f"\t{body}\n"
 
 
 def _allreduce_line(a: AllreduceResult) -> str:
@@ -113,47 +138,83 @@ def _allreduce_line(a: AllreduceResult) -> str:
     return "A\t" + "\t".join(fields) + "\n"
 
 
+def _header(text: str) -> int | None:
+    """The format of a compact file's text (None: not one kiln reads)."""
+    for version in READABLE:
+        if text.startswith(f"#kiln-results {version}\n"):
+            return version
+    return None
+
+
 def decode(text: str) -> CompactResults:
     """Every result of a compact file; ResultError when it is not one (or a line is bad)."""
-    if not text.startswith(HEADER):
-        raise ResultError(f"not a kiln compact result file (format {FORMAT})")
+    version = _header(text)
+    if version is None:
+        raise ResultError(f"not a kiln compact result file (format {READABLE})")
     # Many small long-lived objects and no cycles: the cyclic collector would rescan them all
     # again and again, doubling the time (as in kiln.judging.analysis.judge).
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _decode(text)
+        return _decode(text, version)
     finally:
         if enabled:
             gc.enable()
 
 
-def _decode(text: str) -> CompactResults:
+_new_result = builder(AllreduceResult)
+_new_device = builder(GemmDevice)
+_new_gemm = builder(GemmResult)
+
+
+def allreduce_record(name: str, rest: Sequence[str]) -> AllreduceResult:
+    """The record of an A line's fields after its name (ValueError when one is bad)."""
+    (hosts, world, impl, vbytes, vbusbw, correct, ring, wrong, size, at, rows) = rest
+    if not rows.endswith("]"):
+        raise ValueError("rows cut short")
+    return _new_result(
+        name, tuple(hosts.split(",")) if hosts else (), int(world), impl,
+        PackedRows(rows, int(size), float(at) if at else None), int(vbytes),
+        float(vbusbw), correct == "1", ring == "1", int(wrong),
+    )  # fmt: skip
+
+
+def gemm_record(name: str, body: str) -> GemmResult:
+    """The record of a G line's JSON (ValueError when it is bad)."""
+    if not body.endswith("]"):
+        raise ValueError("devices cut short")
+    hostname, host, device_kind, dtype, devices = json.loads(body)
+    return _new_gemm(
+        name, hostname, device_kind, dtype,
+        tuple(_new_device(*_device(d)) for d in devices), host,
+    )  # fmt: skip
+
+
+def _decode(text: str, version: int) -> CompactResults:
     out = CompactResults()
     gemm, allreduce = out.gemm, out.allreduce
-    new_result = builder(AllreduceResult)
-    new_device = builder(GemmDevice)
-    new_gemm = builder(GemmResult)
     loads = json.loads
-    for number, line in enumerate(text.split("\n")[1:], 2):
-        if not line:
-            continue
+    for number, kind, entry in _entries(text):
         try:  # one split per line: JSON fields hold no raw tab (json.dumps escapes it)
-            kind, name, *rest = line.split("\t")
+            if kind == "A":  # a block: one record per column tuple
+                for name, *rest in zip(*entry, strict=True):
+                    allreduce[name] = allreduce_record(name, rest)
+                continue
+            if kind == "G":
+                for name, *rest in zip(*entry, strict=True):
+                    gemm[name] = gemm_record(name, rest[-1])
+                continue
+            if not entry:
+                continue
+            kind, name, *rest = entry.split("\t")
             if kind == "A":
-                (hosts, world, impl, vbytes, vbusbw, correct, ring, wrong, size, at, rows) = rest
-                allreduce[name] = new_result(
-                    name, tuple(hosts.split(",")) if hosts else (), int(world), impl,
-                    PackedRows(rows, int(size), float(at) if at else None), int(vbytes),
-                    float(vbusbw), correct == "1", ring == "1", int(wrong),
-                )  # fmt: skip
+                allreduce[name] = allreduce_record(name, rest)
             elif kind == "G":
-                (body,) = rest
-                hostname, host, device_kind, dtype, devices = loads(body)
-                gemm[name] = new_gemm(
-                    name, hostname, device_kind, dtype,
-                    tuple(new_device(*_device(d)) for d in devices), host,
-                )  # fmt: skip
+                if version == 2:
+                    (body,) = rest
+                else:
+                    _host, _clean, _throttle, _tflops, body = rest
+                gemm[name] = gemm_record(name, body)
             elif kind == "E":
                 what, reason = rest
                 (gemm if what == "gemm" else allreduce)[name] = str(loads(reason))
@@ -162,6 +223,64 @@ def _decode(text: str) -> CompactResults:
         except (ValueError, TypeError, IndexError) as exc:
             raise ResultError(f"line {number}: {exc}") from None
     return out
+
+
+_WIDTH = {"A": 13, "G": 7}  # fields of a result's line, its kind and name included
+
+
+def pack(lines: list[str]) -> str:
+    """A batch of result lines (encode's) as appended to the file: E lines as they are, then
+    the A lines as one block and the G lines as another (so within a batch a result wins over
+    an error for the same name). A block is `B<TAB>kind<TAB>count`, then one line per field
+    (name first), its values in result order joined by tabs: read back with one split per
+    field instead of one per result."""
+    singles: list[str] = []
+    blocks: dict[str, list[list[str]]] = {"A": [], "G": []}
+    for line in lines:
+        fields_ = line[:-1].split("\t") if line.endswith("\n") else []
+        if fields_ and len(fields_) == _WIDTH.get(fields_[0]):
+            blocks[fields_[0]].append(fields_[1:])
+        elif line:
+            singles.append(line)
+    text = "".join(singles)
+    for kind, rows in blocks.items():
+        if rows:
+            text += f"B\t{kind}\t{len(rows)}\n" + "".join(
+                "\t".join(column) + "\n" for column in zip(*rows, strict=True)
+            )
+    return text
+
+
+def _entries(text: str) -> Iterator[tuple[int, str | None, object]]:
+    """(line number, "A" or "G", the block's columns) per block, (line number, None, the
+    line) per other line; ResultError when a block is cut short or its columns disagree."""
+    lines = _lines(text)
+    i, end = 0, len(lines)
+    while i < end:
+        line, number = lines[i], i + 2
+        if not line.startswith("B\t"):
+            yield number, None, line
+            i += 1
+            continue
+        try:
+            _b, kind, count = line.split("\t")
+            width, size = _WIDTH[kind] - 1, int(count)
+        except (ValueError, KeyError):
+            raise ResultError(f"line {number}: not a block header") from None
+        columns = [c.split("\t") for c in lines[i + 1 : i + 1 + width]]
+        if len(columns) != width or any(len(c) != size for c in columns):
+            raise ResultError(f"line {number}: block of {size} {kind} results cut short or torn")
+        yield number, kind, columns
+        i += 1 + width
+
+
+def _lines(text: str) -> list[str]:
+    """The lines after the header; a last line without its newline (a write cut short by a
+    crash) makes the file unreadable: ResultError naming that line."""
+    lines = text.split("\n")
+    if lines[-1]:
+        raise ResultError(f"line {len(lines)}: cut short (no newline at its end)")
+    return lines[1:-1]
 
 
 def _device(d: list) -> list:

@@ -11,6 +11,7 @@ the run-record loader turns into a NoResult for that node or job.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -169,11 +170,14 @@ def gemm_from_doc(node: str, doc: Any) -> GemmResult:
         devices = []
         for d in doc["devices"]:
             clocks = d.get("clocks") or {}
+            tflops = float(d.get("tflops") or 0.0)
+            if not math.isfinite(tflops):  # NaN or inf: no figure, never a pass or a crash
+                raise ValueError(f"device {d.get('index')} tflops {tflops} is not a number")
             devices.append(
                 GemmDevice(
                     index=int(d["index"]),
                     name=d.get("name", ""),
-                    tflops=float(d.get("tflops") or 0.0),
+                    tflops=tflops,
                     checksum_ok=bool(d.get("checksum_ok")),
                     throttle_reasons=tuple(clocks.get("throttle_reasons") or ()),
                     temp_c_max=clocks.get("temp_c_max"),

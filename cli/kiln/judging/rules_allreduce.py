@@ -139,9 +139,16 @@ def _pair_floor(cluster: Cluster, pairs: list[list[str]]) -> ScopeFloor:
     rails = {n.name: len(n.ib_hcas) for n in cluster.compute}
     if not cluster.ib.link_rate_gbps:
         return fabric_floor(cluster, pairs[0])  # no pair has a floor: the first says why
-    bare = next((p for p in pairs if not rails[p[0]] or not rails[p[1]]), None)
-    if bare is not None:
-        return fabric_floor(cluster, bare)
+    lowest = min(rails.values())
+    if lowest == 0:
+        bare = next((p for p in pairs if not rails[p[0]] or not rails[p[1]]), None)
+        if bare is not None:
+            return fabric_floor(cluster, bare)
+    # The first pair with the fewest rails: a node of the inventory with the fewest of all is
+    # usually in the first pair (one look, not 87,500); else the pair min() picks, as before.
+    first = next((p for p in pairs if rails[p[0]] == lowest or rails[p[1]] == lowest), None)
+    if first is not None:
+        return fabric_floor(cluster, first)
     return fabric_floor(cluster, min(pairs, key=lambda p: min(rails[p[0]], rails[p[1]])))
 
 

@@ -1,0 +1,235 @@
+"""The fast path (kiln.judging.columns over the compact file's columns) judges exactly as the
+rules over the records do: over a generated fleet with injected faults, every verdict, reason
+and number of the report is the same. And the cases a site throws at it (a compact file cut
+short by a crash, a line with a wrong column count, a file of an older kiln, a result with no
+line) never pass a GPU whose result is unreadable: they fall back to the records, or the files."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from kiln.burnin.collect import append_compact, store
+from kiln.burnin.judge import judge_run
+from kiln.examples import write_example
+from kiln.inventory import require_valid
+from kiln.judging import compact
+from kiln.judging.analysis import judge
+from kiln.judging.columns import judge_table
+from kiln.judging.compact_table import read_table
+from kiln.judging.pairs import pair_schedule
+from kiln.records.burnin import RunLayout, load_run, write_manifest
+from kiln.records.burnin_compact import load_compact
+
+NODES = 24
+_ALLREDUCE = (
+    '{"kind": "allreduce", "hosts": ["n%d"], "world_size": 8, "verdict_bytes": 8, '
+    '"verdict_busbw_gbs": 1.5, "rows": [{"bytes": 8, "busbw_gbs": 1.5, "algbw_gbs": 1.0, '
+    '"time_us": 2.0}]}'
+)
+
+
+def _gemm(rng: random.Random, host: str, gpus: int = 8, **faults) -> dict:
+    devices = [
+        {
+            "index": i, "dtype": "bfloat16", "name": "NVIDIA H100 80GB HBM3",
+            "tflops": round(rng.gauss(745, 4), 1), "checksum_ok": True, "digest": "d0",
+            "bit_mismatches": 0, "bit_checks": 4,
+            "clocks": {"temp_c_max": 70.0, "throttle_reasons": ["sw_power_cap"]},
+        }
+        for i in range(gpus)
+    ]  # fmt: skip
+    for index, changes in faults.get("devices", {}).items():
+        clocks = changes.pop("clocks", None)
+        devices[index].update(changes)
+        if clocks:
+            devices[index]["clocks"].update(clocks)
+    return {"schema_version": 1, "kind": "gemm", "hostname": host, "device_kind": "cuda",
+            "host": faults.get("ran_on", host), "devices": devices}  # fmt: skip
+
+
+def _allreduce(hosts: list[str], busbw: float, correct: bool = True) -> dict:
+    rows = [
+        {"bytes": 1 << s, "time_us": 1.0, "algbw_gbs": busbw / 1.75,
+         "busbw_gbs": busbw * (1 << s) / ((1 << s) + (4 << 20))}
+        for s in (20, 30, 33)
+    ]  # fmt: skip
+    return {"kind": "allreduce", "hosts": hosts, "world_size": 8 * len(hosts), "rows": rows,
+            "verdict_bytes": 1 << 33, "verdict_busbw_gbs": rows[-1]["busbw_gbs"],
+            "correct": correct}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("inv")
+    write_example(root, NODES)
+    return require_valid(root)
+
+
+def _fleet(cluster) -> tuple[dict[str, str], dict[str, str]]:
+    """Documents (name -> text) of a run with every fault a site sees, one per node."""
+    rng = random.Random(7)
+    nodes = [n.name for n in cluster.compute]
+    faults = {
+        nodes[1]: {"devices": {3: {"tflops": 400.0}}},  # a slow GPU (floor)
+        nodes[2]: {"devices": {5: {"checksum_ok": False}}},  # wrong results
+        nodes[3]: {"devices": {0: {"digest": "other"}}},  # bitwise unlike its node
+        nodes[4]: {"devices": {2: {"bit_mismatches": 2}}},  # changed between repeats
+        nodes[5]: {"devices": {6: {"clocks": {"throttle_reasons": ["hw_slowdown"]}}}},
+        nodes[6]: {
+            "devices": {
+                1: {"error": "CUDA error: illegal address", "checksum_ok": False, "tflops": 0.0}
+            }
+        },
+        nodes[8]: {"ran_on": nodes[9]},  # its result came from another node
+        nodes[10]: {"devices": {4: {"tflops": 640.0}}},  # below its node's best, above floor
+    }
+    gemm = {n: json.dumps(_gemm(rng, n, **faults.get(n, {}))) for n in nodes}
+    gemm[nodes[7]] = json.dumps(_gemm(rng, nodes[7], gpus=7))  # a node with 7 GPUs
+    gemm[nodes[11]] = json.dumps(_gemm(rng, nodes[11])).replace(
+        '"tflops": 7', '"tflops": NaN, "x": 7', 1
+    )
+    gemm[nodes[12]] = '{"kind": "gemm", "devices": [{"index": 0, "tflops": "garbage"}]}'
+    gemm[nodes[13]] = '{"kind": "gemm", "devices": ['  # cut short on the node
+    jobs = {f"node-{n}": json.dumps(_allreduce([n], rng.gauss(460, 3))) for n in nodes}
+    jobs[f"node-{nodes[14]}"] = json.dumps(_allreduce([nodes[14]], 120.0))  # slow inside
+    jobs[f"node-{nodes[15]}"] = json.dumps(_allreduce([nodes[15]], 460.0, correct=False))
+    jobs[f"node-{nodes[16]}"] = json.dumps(_allreduce([nodes[17]], 460.0))  # ran elsewhere
+    jobs[f"node-{nodes[18]}"] = ""  # no output
+    del gemm[nodes[23]]  # neither a file nor a line: the job never wrote one
+    link = _link(nodes)
+    for r, rnd in enumerate(pair_schedule(nodes)):
+        for a, b in rnd:
+            slow = (a, b) == link or nodes[22] in (a, b)  # a slow link, a slow node
+            jobs[f"pair-r{r}-{a}--{b}"] = json.dumps(_allreduce([a, b], 90.0 if slow else 390.0))
+    jobs["fabric-ring"] = json.dumps(_allreduce(nodes, 20.0))  # below the rails' floor
+    return gemm, jobs
+
+
+def _link(nodes: list[str]) -> tuple[str, str]:
+    """The pair whose link is slow: one the schedule runs, away from the slow node."""
+    return next(p for p in pair_schedule(nodes)[0] if nodes[22] not in p and nodes[19] not in p)
+
+
+def _record(tmp_path: Path, cluster, gemm, jobs, not_tested=None) -> Path:
+    run = tmp_path / "run"
+    nodes = [n.name for n in cluster.compute]
+    write_manifest(run, run_id="r1", suite="quick", cluster=cluster.name, nodes=nodes,
+                   allreduce_jobs=[*jobs, "node-never-ran"], not_tested=not_tested)  # fmt: skip
+    layout = RunLayout(run)
+    lines = [store(layout, n, f"gemm/{n}.json", text) for n, text in gemm.items()]
+    lines += [store(layout, "", f"allreduce/{j}.json", text) for j, text in jobs.items()]
+    append_compact(layout, lines)
+    return run
+
+
+def _by_records(run: Path, cluster, not_tested=None) -> dict:
+    loaded = load_run(run)
+    return judge(cluster, loaded.gemm, loaded.allreduce, missing_jobs=loaded.missing_jobs,
+                 run_id="r1", suite="quick", ib=loaded.ib,
+                 not_tested=not_tested).to_dict()  # fmt: skip
+
+
+@pytest.mark.parametrize("busy", [None, {"NODE": "not tested (busy): jobs 12 of alice"}])
+def test_the_fast_path_judges_a_faulty_fleet_exactly_as_the_records(cluster, tmp_path, busy):
+    gemm, jobs = _fleet(cluster)
+    not_tested = {cluster.compute[19].name: busy["NODE"]} if busy else None
+    run = _record(tmp_path, cluster, gemm, jobs, not_tested)
+    fast = load_compact(run)
+    assert fast is not None, "the whole run is in the compact file: the fast path takes it"
+    got = judge_table(cluster, fast.table, fast.nodes, fast.jobs, run_id="r1", suite="quick",
+                      ib=fast.ib, not_tested=not_tested).to_dict()  # fmt: skip
+    expected = _by_records(run, cluster, not_tested)
+    assert got == expected  # every verdict, reason, number, figure and all-reduce row
+    assert judge_run(run, cluster).to_dict() == expected
+    failed = {(v["name"], v["check"]) for v in got["verdicts"] if not v["passed"]}
+    names = [n.name for n in cluster.compute]
+    for node, check in [
+        (1, "gemm_floor"), (2, "checksum"), (3, "checksum"), (4, "checksum"), (5, "throttle"),
+        (6, "checksum"), (7, "gpu_count"), (10, "gemm_vs_node_best"), (12, "result"),
+        (13, "result"), (14, "allreduce_node"), (15, "allreduce_correct"), (22, "allreduce_pairs"),
+        (8, "tested"), (16, "tested"),
+    ]:  # fmt: skip
+        assert (names[node], check) in failed, (names[node], check)
+    assert ("allreduce/node-" + names[18], "result") in failed
+    assert ("allreduce/node-never-ran", "result") in failed  # no line, no file
+    assert (names[23], "result") in failed
+    assert ("{}<->{}".format(*_link(names)), "allreduce_link") in failed
+    assert ("fabric-ring", "allreduce_fabric") in failed
+    if busy:
+        assert got["not_tested"][names[19]].startswith("not tested (busy)")
+
+
+def _damaged(run: Path, how: str, gemm: dict, jobs: dict) -> None:
+    path = run / compact.FILENAME
+    text = path.read_text()
+    if how == "cut short":  # a crash while appending: the last line has no newline
+        path.write_text(text[:-40])
+    elif how == "wrong column count":
+        lines = text.split("\n")
+        lines[3] = lines[3].replace("\t", " ", 1)
+        path.write_text("\n".join(lines))
+    elif how == "older kiln":  # format 2: one line per result, a G line holds its JSON only
+        old = []
+        for kind, docs in (("gemm", gemm), ("allreduce", jobs)):
+            for name, doc in docs.items():
+                line = compact.encode(kind, name, doc)
+                if line.startswith("G\t"):
+                    line = f"G\t{name}\t{line.split(chr(9))[-1]}"
+                old.append(line)
+        path.write_text("#kiln-results 2\n" + "".join(old))
+    elif how == "a result without its line":
+        block = compact.pack([compact.encode("allreduce", j, d) for j, d in jobs.items()
+                              if not j.startswith("pair-r1-")])  # fmt: skip
+        path.write_text(text[: text.index("B\tA\t")] + block + text[text.index("B\tG\t") :])
+
+
+@pytest.mark.parametrize(
+    "how", ["cut short", "wrong column count", "older kiln", "a result without its line"]
+)
+def test_a_damaged_or_older_compact_file_falls_back_and_judges_the_same(cluster, tmp_path, how):
+    gemm, jobs = _fleet(cluster)
+    run = _record(tmp_path, cluster, gemm, jobs)
+    expected = _by_records(run, cluster)
+    _damaged(run, how, gemm, jobs)
+    assert load_compact(run) is None  # never a partial answer from the columns
+    assert judge_run(run, cluster).to_dict() == expected  # the records, or each file
+
+
+def test_table_names_the_line_it_cannot_read():
+    head = compact.HEADER.encode()
+    with pytest.raises(compact.ResultError, match="line 2"):
+        read_table(head + b"G\tn1\thost\t1\t\t1.0\n")
+    with pytest.raises(compact.ResultError, match="line 2: cut short"):
+        read_table(head + b'E\tn1\tgemm\t"x"')
+    with pytest.raises(compact.ResultError, match="format 3"):
+        read_table(b"#kiln-results 2\n")
+    lines = [compact.encode("allreduce", f"node-n{i}", _ALLREDUCE % i) for i in range(3)]
+    block = compact.pack(lines).encode()
+    assert read_table(head + block).last("A", "node-n2").startswith("[[")
+    for torn in (block[: block.rindex(b"\t")] + b"\n", block.replace(b"\tnode-n1\t", b"\t", 1)):
+        with pytest.raises(compact.ResultError, match="line 2: block of 3 A results"):
+            read_table(head + torn)
+
+
+def test_a_value_that_does_not_parse_falls_back_to_the_records(cluster, tmp_path):
+    gemm, jobs = _fleet(cluster)
+    run = _record(tmp_path, cluster, gemm, jobs)
+    path = run / compact.FILENAME
+    node = cluster.compute[0].name
+    fields = compact.encode("allreduce", f"node-{node}", jobs[f"node-{node}"]).split("\t")
+    fields[6] = "fast"  # verdict_busbw_gbs, in a later line that replaces the block's
+    path.write_text(path.read_text() + "\t".join(fields))
+    report = judge_run(run, cluster)  # the records path: decode fails, the files are read
+    assert report.to_dict() == _by_records(run, cluster)
+
+
+def test_an_older_file_is_set_aside_when_a_newer_kiln_appends(tmp_path):
+    layout = RunLayout(tmp_path)
+    (tmp_path / compact.FILENAME).write_text('#kiln-results 2\nE\tn1\tgemm\t"old"\n')
+    append_compact(layout, [compact.encode("gemm", "n2", "")])
+    assert (tmp_path / compact.FILENAME).read_text().startswith(compact.HEADER)
+    assert (tmp_path / f"{compact.FILENAME}.old").read_text().startswith("#kiln-results 2")
