@@ -23,7 +23,7 @@ help:
 	@echo "make test        lint, unit and local tests, then the Docker tier (what CI runs)"
 	@echo "make test-unit   the fast loop: unit tests only (no Ansible runs, torch, sshd or browser)"
 	@echo "make test-local  the local tier: real Ansible runs, torch, sshd and chromium here (no Docker)"
-	@echo "make bench       benchmarks: inventory scale, start-up, engine overhead, exec fan-out, judging, controller cost, health check"
+	@echo "make bench       benchmarks: inventory scale, start-up, judging, engine (local and over SSH at 100 hosts), exec fan-out, controller cost, health check, converged re-apply"
 	@echo "make bench-remote  remote latency per host-task over SSH, mitogen beside ssh; kiln health beside kiln exec (sandbox)"
 	@echo "make gpu-check   checks that need an NVIDIA GPU (skipped without one)"
 
@@ -98,7 +98,8 @@ test: lint test-unit test-local test-integration test-molecule
 demo: deps-runtime docker
 	KILN=$(BIN)/kiln bash scripts/demo.sh
 
-bench: deps
+# The engine over real SSH and the converged re-apply run on Docker: light hosts and the sandbox.
+bench: deps docker
 	$(BIN)/python bench/inventory_scale.py
 	$(BIN)/python bench/startup.py
 	$(BIN)/python bench/judge_scale.py
@@ -106,6 +107,9 @@ bench: deps
 	$(BIN)/python bench/exec_fanout.py --plain-user
 	$(BIN)/python bench/scale_cost.py
 	$(BIN)/python bench/health_check.py --runs 20
+	$(BIN)/python bench/engine_ssh.py --hosts 100 --repeats 3
+	$(BIN)/kiln sandbox up --nodes 2 >/dev/null
+	$(BIN)/python bench/reapply.py inventories/sandbox
 
 # Remote latency of a no-change host-task over SSH, mitogen beside ssh, on the sandbox's nodes.
 bench-remote: deps docker

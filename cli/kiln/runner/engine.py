@@ -91,8 +91,10 @@ class PlaybookResult:
 def mitogen_strategy_dir() -> Path | None:
     """mitogen's strategy plugins where the package is installed (KILN_MITOGEN=0 turns it off).
 
-    bench/engine_overhead.py measured it at about half of stock ansible-playbook's wall time for
-    module tasks on local hosts; kiln uses it when present and does not require it.
+    Chosen by measurement over real SSH (bench/engine_ssh.py, 100 hosts, docs/scale.md): with
+    kiln's batched workers it took 0.40x stock Ansible's controller CPU and 0.21x its wall time,
+    against 0.57x and 0.95x for batched workers over Ansible's ssh connection. kiln uses it when
+    present and does not require it.
     """
     if os.environ.get("KILN_MITOGEN", "1") == "0":
         return None
