@@ -192,3 +192,31 @@ def test_a_slow_sandbox_boot_says_how_it_goes_every_10_s(monkeypatch):
         "kiln-node01: still booting after 10s (systemd: starting)",
         "kiln-node01: still booting after 20s (systemd: starting)",
     ]
+
+
+def test_a_build_that_prints_then_goes_quiet_leaves_no_long_gap_in_a_log(monkeypatch):
+    """Seen in `make demo`'s log: apt printed for 9 s after a shown line (all dropped by the
+    log's throttle), then `docker commit` printed nothing: 19 s without a line. The build's
+    beat and the log's throttle now share a period of HEARTBEAT_S / 2."""
+    import inspect
+
+    assert inspect.signature(plain_progress).parameters["every"].default <= 10.0 / 2
+    beat = 0.4  # image.HEARTBEAT_S scaled down from 10 s
+    monkeypatch.setattr(image, "HEARTBEAT_S", beat)
+    say = plain_progress(every=beat / 2)
+    printed: list[float] = []
+    monkeypatch.setattr(
+        "kiln.commands.sandbox.err.print", lambda *a, **k: printed.append(time.monotonic())
+    )
+    script = (
+        "import time\n"
+        "for i in range(14): print('Unpacking', i, flush=True); time.sleep(0.05)\n"
+        "time.sleep(1.2)\n"
+    )
+    start = time.monotonic()
+    rc, _ = image.stream([sys.executable, "-c", script], "node image", say, timeout=30)
+    end = time.monotonic()
+    assert rc == 0 and printed
+    marks = [start, *printed, end]
+    worst = max(b - a for a, b in zip(marks, marks[1:], strict=False))
+    assert worst <= beat + 0.25, (worst, [round(t - start, 2) for t in marks])

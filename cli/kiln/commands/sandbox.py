@@ -20,9 +20,10 @@ app = typer.Typer(
 )
 
 
-def plain_progress(clock=time.monotonic, wall=time.time, every: float = HEARTBEAT_S):
+def plain_progress(clock=time.monotonic, wall=time.time, every: float = HEARTBEAT_S / 2):
     """Timestamped step lines; detail lines (a build's output, its heartbeat) at most one per
-    `every` seconds, so a log shows progress without every line of apt."""
+    `every` seconds, so a log shows progress without every line of apt (and, with the build's
+    beat of the same period, a log line at least every 10 s)."""
     last = [float("-inf")]
 
     def plain(message: str, *, detail: bool = False) -> None:

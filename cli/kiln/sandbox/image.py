@@ -246,18 +246,23 @@ def stream(
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    start = seen = clock()
+    start, told = clock(), float("-inf")
     shown = 0
+    # Something every HEARTBEAT_S / 2: the newest line, or that it still runs. A log's printer
+    # may drop lines that come too close together (commands.sandbox.plain_progress), so "a line
+    # arrived" is not "a line was shown"; a steady beat keeps the log's gaps short either way.
     while not done.wait(min(1.0, HEARTBEAT_S / 4)):
         now = clock()
         if now - start > timeout:
             proc.kill()
             raise OperationFailed(f"{what} did not finish within {timeout:.0f}s")
+        if now - told < HEARTBEAT_S / 2:
+            continue
+        told = now
         if len(lines) > shown:
-            shown, seen = len(lines), now
+            shown = len(lines)
             progress(f"{what}: {lines[-1]}", detail=True)
-        elif now - seen >= HEARTBEAT_S:
-            seen = now
+        else:
             progress(f"{what}: still running ({now - start:.0f}s)", detail=True)
     reader.join()
     return proc.wait(), lines[-20:]
