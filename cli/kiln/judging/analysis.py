@@ -27,7 +27,7 @@ work is one pass over the GPUs plus a median per profile: linear in the fleet.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from kiln.inventory.model import Cluster
 from kiln.judging._rules import DRAIN, LOOK, C, W
@@ -94,7 +94,12 @@ def _untested(cluster, gemm, allreduce, missing_jobs, skip: dict[str, str]):
     return kept, [j for j in missing_jobs if j.name not in owned]
 
 
-def _judge(cluster, gemm, allreduce, missing_jobs, run_id, suite, ib, skip) -> BurninReport:
+def start_report(
+    cluster: Cluster, run_id: str, suite: str | None, skip: Mapping[str, str]
+) -> tuple[BurninReport, dict[str, Floors], Callable[[str], Floors]]:
+    """A report holding a `tested` verdict for each node not tested (`skip`), the floors of each
+    hardware profile as judging asks for them (the dict becomes report.floors), and the function
+    that asks. Shared by this module's judge and kiln.judging.columns'."""
     report = BurninReport(cluster=cluster.name, run_id=run_id, suite=suite)
     for name, message in skip.items():  # busy: nothing to look at; another host: Slurm's
         report.not_tested[name] = message
@@ -107,6 +112,11 @@ def _judge(cluster, gemm, allreduce, missing_jobs, run_id, suite, ib, skip) -> B
             cache[profile_id] = floors_for(get_profile(profile_id), cluster.burnin)
         return cache[profile_id]
 
+    return report, cache, floors
+
+
+def _judge(cluster, gemm, allreduce, missing_jobs, run_id, suite, ib, skip) -> BurninReport:
+    report, cache, floors = start_report(cluster, run_id, suite, skip)
     means: dict[str, list[tuple[str, float]]] = {}
     for node in cluster.compute:
         result = gemm.get(node.name)

@@ -23,10 +23,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from kiln.inventory.model import Cluster
 from kiln.judging._rules import DRAIN, LOOK, C, W, _new_verdict
 from kiln.judging._rules import node_verdict as _node
+from kiln.judging.analysis import start_report
 from kiln.judging.compact import allreduce_record, gemm_record
 from kiln.judging.compact_table import CompactTable
 from kiln.judging.ib import IbRun
-from kiln.judging.model import NOT_TESTED, NOT_TESTED_BUSY, BurninReport
+from kiln.judging.model import NOT_TESTED, BurninReport
 from kiln.judging.results import NO_RESULT, AllreduceResult
 from kiln.judging.rules_allreduce import (
     _judge_correct,
@@ -37,9 +38,8 @@ from kiln.judging.rules_allreduce import (
 )
 from kiln.judging.rules_gemm import FAILING_THROTTLE, judge_fleet, judge_gemm
 from kiln.judging.rules_ib import judge_ib
-from kiln.judging.thresholds import FABRIC_BYTES, Floors, fabric_floor, floors_for, intra_node_floor
+from kiln.judging.thresholds import FABRIC_BYTES, Floors, fabric_floor, intra_node_floor
 from kiln.judging.verdicts import Action, Verdict
-from kiln.profiles import get_profile
 
 _FABRIC = str(FABRIC_BYTES)
 _ABSENT = object()  # a node or job with neither a line nor a file: no result
@@ -144,18 +144,7 @@ def _judge(cluster, table, nodes, jobs, run_id, suite, ib, skip) -> BurninReport
         results = [r for r in results if by_job.get(r[0]) not in skip]
         missing = [m for m in missing if m[0] not in owned]
 
-    report = BurninReport(cluster=cluster.name, run_id=run_id, suite=suite)
-    for name, message in skip.items():
-        report.not_tested[name] = message
-        action = Action.NONE if message.startswith(NOT_TESTED_BUSY) else LOOK
-        report.verdicts.append(_node(name, "tested", False, W, action, message))
-    cache: dict[str, Floors] = {}
-
-    def floors(profile_id: str) -> Floors:
-        if profile_id not in cache:
-            cache[profile_id] = floors_for(get_profile(profile_id), cluster.burnin)
-        return cache[profile_id]
-
+    report, cache, floors = start_report(cluster, run_id, suite, skip)
     means: dict[str, list[tuple[str, float]]] = {}
     throttle_ok: dict[str, bool] = {"": True}
     for node in cluster.compute:
