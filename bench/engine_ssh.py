@@ -40,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from remote_latency import write_play  # the same no-change play (bench/ is on sys.path)
+
 from kiln.runner.engine import SSH_ARGS, STRATEGY_DIR, mitogen_strategy_dir
 from kiln.sandbox import config, light
 from kiln.sandbox.docker import docker
@@ -47,23 +49,6 @@ from kiln.sandbox.docker import docker
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
 FORKS = 25
-TASK_GROUP = """\
-    - name: Stat {i}
-      ansible.builtin.stat:
-        path: /etc/hostname
-    - name: Command {i}
-      ansible.builtin.command: /bin/true
-      changed_when: false
-    - name: Directory {i}
-      ansible.builtin.file:
-        path: /tmp
-        state: directory
-    - name: Copy {i}
-      ansible.builtin.copy:
-        content: "kiln\\n"
-        dest: /tmp/kiln-engine-{i}
-        mode: "0644"
-"""
 STRATEGIES = {
     "stock": "linear",
     "kiln-linear": "kiln_linear",
@@ -130,18 +115,11 @@ def container_cpu(ids: list[str]) -> float:
         if v1.exists():
             total += int(v1.read_text()) / 1e9
             continue
-        for v2 in (Path(f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat"),):
-            if v2.exists():
-                usec = dict(line.split() for line in v2.read_text().splitlines())["usage_usec"]
-                total += int(usec) / 1e6
+        v2 = Path(f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat")
+        if v2.exists():
+            usec = dict(line.split() for line in v2.read_text().splitlines())["usage_usec"]
+            total += int(usec) / 1e6
     return total
-
-
-def write_play(directory: Path, tasks: int) -> Path:
-    play = directory / "engine.yml"
-    header = "- name: No-change module tasks\n  hosts: all\n  gather_facts: false\n  tasks:\n"
-    play.write_text(header + "".join(TASK_GROUP.format(i=i) for i in range(tasks // 4)))
-    return play
 
 
 def ansible_env(strategy: str, control_dir: Path) -> dict[str, str]:

@@ -112,7 +112,7 @@ def probe_cost(hosts: int, keep: bool) -> dict:
     up = light.up(hosts, config.paths())
     try:
         cluster = require_valid(up.inventory)
-        targets = list(cluster.nodes.values()) if isinstance(cluster.nodes, dict) else cluster.nodes
+        targets = list(cluster.nodes)
         best = None
         for _ in range(3):
             cpu, start = time.process_time(), time.monotonic()

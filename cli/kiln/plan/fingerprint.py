@@ -123,13 +123,16 @@ def memberships(cluster: Cluster) -> dict[str, list[str]]:
     return member_of
 
 
-def node_digest(cluster: Cluster, name: str, member_of: Mapping[str, list[str]]) -> str:
-    """What kiln.inventory.export hands Ansible for this node: its variables, the versions and
-    the groups it belongs to (`member_of`: memberships(cluster))."""
+def node_digest(
+    cluster: Cluster, name: str, member_of: Mapping[str, list[str]], versions: Mapping
+) -> str:
+    """What kiln.inventory.export hands Ansible for this node: its variables, the versions
+    (`cluster.versions.model_dump()`, dumped once per run) and the groups it belongs to
+    (`member_of`: memberships(cluster))."""
     return digest_of(
         {
             "vars": resolved_vars(cluster.node(name)),
-            "versions": cluster.versions.model_dump(),
+            "versions": versions,
             "groups": member_of.get(name, []),
         }
     )
@@ -152,6 +155,7 @@ def fingerprints(
     }
     per_node: dict[str, str] = {}
     member_of = memberships(cluster)
+    versions = cluster.versions.model_dump()
     result: dict[str, dict[str, str]] = {}
     for planned in plan.stages:
         code, reads = code_digest(planned.stage, playbooks_dir)
@@ -161,7 +165,7 @@ def fingerprints(
         wanted = planned.hosts if hosts is None else tuple(hosts)
         for host in wanted:
             if host not in per_node:
-                per_node[host] = node_digest(cluster, host, member_of)
+                per_node[host] = node_digest(cluster, host, member_of, versions)
         result[planned.name] = {h: digest_of([stage_part, per_node[h]]) for h in wanted}
     return result
 
