@@ -79,7 +79,8 @@ def up(
 
 @app.command("down")
 def down() -> None:
-    """Remove the sandbox containers and network (the image and SSH keys stay).
+    """Remove the sandbox containers and network, and any light hosts a benchmark left (the
+    image and SSH keys stay).
 
     Example:
 
