@@ -51,9 +51,12 @@ def kiln(*argv: str, state: Path) -> subprocess.CompletedProcess:
 
 
 def provision_monitoring(inventory: Path, state: Path) -> dict:
+    # --full: the stage's tasks run on every node even where a reused sandbox still holds the
+    # monitoring stage's record from an earlier run (the drift probe would skip it there).
     proc = kiln(
-        "provision", str(inventory), "--stages", "monitoring", "--yes", "--json", state=state
-    )
+        "provision", str(inventory), "--stages", "monitoring", "--full", "--yes", "--json",
+        state=state,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout)
 
