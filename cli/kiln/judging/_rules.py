@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from kiln.judging.results import builder
 from kiln.judging.verdicts import Action, Severity, Verdict
 
 W, C = Severity.WARNING, Severity.CRITICAL
 DRAIN, LOOK = Action.DRAIN, Action.INVESTIGATE
 
 
-_new_verdict = builder(Verdict)  # a node verdict per check and node: 112,500 at 12,500 nodes
+_tuple_new = tuple.__new__
+
+
+def _new_verdict(*fields) -> Verdict:
+    """Verdict(*fields), every field given in order, without NamedTuple's keyword __new__ (a
+    node verdict per check and node: 112,500 at 12,500 nodes)."""
+    return _tuple_new(Verdict, fields)
+
+
 _PASSED = Action.NONE
 
 

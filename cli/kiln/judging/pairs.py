@@ -80,6 +80,17 @@ def median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
+def _partners(busbw: Mapping[Pair, float], nodes: set[str]) -> dict[str, list[tuple[str, float]]]:
+    """Node -> (partner, value) of each of its pairs, for `nodes` only."""
+    found: dict[str, list[tuple[str, float]]] = {node: [] for node in nodes}
+    for (a, b), value in busbw.items():
+        if a in found:
+            found[a].append((b, value))
+        if b in found:
+            found[b].append((a, value))
+    return found
+
+
 def localise(busbw: Mapping[Pair, float], threshold: float) -> Localisation:
     """Judge pair results (busbw GB/s per node pair) against one threshold.
 
@@ -88,22 +99,19 @@ def localise(busbw: Mapping[Pair, float], threshold: float) -> Localisation:
     and a bad link is not blamed for either.
     """
     result = Localisation(threshold=threshold)
-    partners: dict[str, list[str]] = {}  # node -> its partners, and the pairs' values beside
-    values: dict[str, list[float]] = {}
+    values: dict[str, list[float]] = {}  # node -> its pairs' values
     slow_count: dict[str, int] = {}
     for (a, b), value in busbw.items():  # 87,500 pairs at 12,500 nodes: written out
-        known = partners.get(a)
+        known = values.get(a)
         if known is None:
-            partners[a], values[a] = [b], [value]
+            values[a] = [value]
         else:
-            known.append(b)
-            values[a].append(value)
-        known = partners.get(b)
+            known.append(value)
+        known = values.get(b)
         if known is None:
-            partners[b], values[b] = [a], [value]
+            values[b] = [value]
         else:
-            known.append(a)
-            values[b].append(value)
+            known.append(value)
         if value < threshold:
             result.slow_pairs.append((a, b, value))
             slow_count[a] = slow_count.get(a, 0) + 1
@@ -116,15 +124,19 @@ def localise(busbw: Mapping[Pair, float], threshold: float) -> Localisation:
         tally = result.tallies[node]
         return (-tally.slow / tally.total, -tally.slow, node)
 
-    for node in sorted((n for n, t in result.tallies.items() if t.slow >= 2), key=suspicion):
+    suspects = sorted((n for n, t in result.tallies.items() if t.slow >= 2), key=suspicion)
+    # Each suspect's partners and values, in the pairs' order; only when there is a suspect
+    # (a healthy fleet has none, and building them for 12,500 nodes is half this function).
+    partners = _partners(busbw, set(suspects)) if suspects else {}
+    for node in suspects:
         others = [
             value < threshold
-            for partner, value in zip(partners[node], values[node], strict=True)
+            for partner, value in partners[node]
             if partner not in result.culprit_nodes
         ]
         if sum(others) >= 2 and sum(others) * 2 > len(others):
             result.culprit_nodes[node] = result.tallies[node]
-    if len(partners) >= 4 and len(result.culprit_nodes) * 2 > len(partners):
+    if len(values) >= 4 and len(result.culprit_nodes) * 2 > len(values):
         result.fabric_wide = True
         result.culprit_nodes = {}
         return result

@@ -10,8 +10,6 @@ all 0, fails, naming the implementation that ran (nccl-tests or torch).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from kiln.inventory.model import Cluster
 from kiln.judging._rules import DRAIN, LOOK, C, W
 from kiln.judging._rules import node_verdict as _node
@@ -126,7 +124,7 @@ def _judge_fabric(report, a: AllreduceResult, floor: ScopeFloor, has_pairs: bool
 
 def _with(v: Verdict, rule: str, message: str | None = None) -> Verdict:
     """The verdict naming the rule that judged it (and, for the fabric, its message)."""
-    return replace(v, rule=rule, message=v.message if message is None else message)
+    return v._replace(rule=rule, message=v.message if message is None else message)
 
 
 def _pair_floor(cluster: Cluster, pairs: list[list[str]]) -> ScopeFloor:
