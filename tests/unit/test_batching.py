@@ -202,6 +202,42 @@ def test_same_results_as_ansibles_linear_strategy(tmp_path, strategy):
     assert set(delegated) == set(HOSTS) - {"n2"}
 
 
+# A block whose own fields are templated per host. Running a task templates its parent blocks
+# too (Task.post_validate), and a worker copies each later host's task with its parent blocks
+# but not their task lists: every host must still get its own block's values.
+BLOCK_PLAY = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: a block templated per host
+      ignore_errors: "{{ inventory_hostname in ['n1', 'n4'] }}"
+      vars:
+        per_host: "{{ inventory_hostname }}-block"
+      block:
+        - name: fails on n1, n3, n4 and n6; n1 and n4 ignore it
+          ansible.builtin.fail:
+            msg: "{{ per_host }}"
+          when: inventory_hostname in ['n1', 'n3', 'n4', 'n6']
+        - name: after the failure
+          ansible.builtin.debug:
+            msg: "{{ per_host }} went on"
+"""
+
+
+@pytest.mark.parametrize("strategy", strategies()[1:])
+def test_a_blocks_fields_are_templated_for_each_host(tmp_path, strategy):
+    forks = 2  # 7 hosts: workers of 4 and 3 hosts, so hosts after the first use copies
+    rc_linear, linear = run_play(tmp_path, "linear", BLOCK_PLAY, forks)
+    rc_kiln, kiln = run_play(tmp_path, strategy, BLOCK_PLAY, forks)
+    assert rc_kiln == rc_linear == 2
+    linear_stats, linear_tasks = outcome(linear)
+    assert outcome(kiln) == (linear_stats, linear_tasks)
+    assert {h for h, s in linear_stats.items() if s["ignored"]} == {"n1", "n4"}
+    assert {h for h, s in linear_stats.items() if s["failures"]} == {"n3", "n6"}
+    went_on = next(hosts for name, hosts in linear_tasks if name == "after the failure")
+    assert went_on["n4"]["msg"] == "n4-block went on"
+
+
 @pytest.mark.parametrize("strategy", ["linear", "kiln_linear"])
 def test_concurrency_is_forks_or_the_tasks_throttle(tmp_path, strategy):
     seen = tmp_path / f"seen-{strategy}"

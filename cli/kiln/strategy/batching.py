@@ -47,8 +47,15 @@ class BatchWorkerProcess(WorkerProcess):
 
     def _run(self) -> None:
         # Running a task changes its Task and PlayContext objects (templated fields, delegation),
-        # so every host after the first gets copies taken before the first one runs.
-        fresh = [(task.copy(), play_context.copy()) for _, task, _, play_context in self._jobs[1:]]
+        # and its parent blocks' (Task.post_validate templates them too), so every host after
+        # the first gets copies of all three, taken before the first one runs. Not of the
+        # blocks' task lists (exclude_tasks, as Ansible's own loops copy): a plain copy()
+        # duplicates every task of the enclosing block for every host, which was a sixth of a
+        # worker's CPU on an 8-task play and grows with the block.
+        fresh = [
+            (task.copy(exclude_tasks=True), play_context.copy())
+            for _, task, _, play_context in self._jobs[1:]
+        ]
         for index, (host, task, task_vars, play_context) in enumerate(self._jobs):
             if index:
                 task, play_context = fresh[index - 1]
@@ -65,6 +72,10 @@ class BatchedQueueMixin:
     Mixed in before Ansible's linear StrategyModule. Queued host-tasks count as pending at once,
     so the linear strategy always waits for them, and waiting starts what is still held.
     """
+
+    # The worker a slot runs: mitogen's variant keeps its connection across the hosts
+    # (kiln.strategy.mitogen_workers).
+    worker_class: type[BatchWorkerProcess] = BatchWorkerProcess
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -120,7 +131,7 @@ class BatchedQueueMixin:
                     "play_context": play_context,
                 }
                 self._tqm.send_callback("v2_runner_on_start", host, task)
-            worker = BatchWorkerProcess(
+            worker = self.worker_class(
                 jobs=jobs,
                 final_q=self._final_q,
                 loader=self._loader,
