@@ -93,8 +93,9 @@ def mitogen_strategy_dir() -> Path | None:
 
     Chosen by measurement over real SSH (bench/engine_ssh.py, 100 hosts, docs/scale.md): with
     kiln's batched workers it took 0.40x stock Ansible's controller CPU and 0.21x its wall time,
-    against 0.57x and 0.95x for batched workers over Ansible's ssh connection. kiln uses it when
-    present and does not require it.
+    against 0.57x and 0.95x for batched workers over Ansible's ssh connection (0.34x since the
+    workers' copies and mitogen bindings got cheaper). kiln uses it when present and does not
+    require it.
     """
     if os.environ.get("KILN_MITOGEN", "1") == "0":
         return None
