@@ -49,7 +49,7 @@ class BatchWorkerProcess(WorkerProcess):
         # Running a task changes its Task and PlayContext objects (templated fields, delegation),
         # and its parent blocks' (Task.post_validate templates them too), so every host after
         # the first gets copies of all three, taken before the first one runs. Not of the
-        # blocks' task lists (exclude_tasks, as Ansible's own loops copy): a plain copy()
+        # blocks' task lists (exclude_tasks; Ansible's own loops leave them out too): a plain copy()
         # duplicates every task of the enclosing block for every host, which was a sixth of a
         # worker's CPU on an 8-task play and grows with the block.
         fresh = [
