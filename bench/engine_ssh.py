@@ -22,6 +22,11 @@ check that every engine's per-host recap (ok, changed, failed, unreachable, skip
 stock's. Needs root (a writable cgroup) and Docker.
 
     python bench/engine_ssh.py --hosts 100 --repeats 3
+
+The play has 16 tasks unless --tasks says otherwise: half the length of kiln's average stage
+(227 tasks in 7 stages on a GPU node, docs/scale.md). Each engine pays its SSH connections once
+per host per play (mostly OpenSSH's key exchange); a shorter play weighs that more, a real stage
+less, so the default stands for a short stage, not a trivial one.
 """
 
 from __future__ import annotations
@@ -201,7 +206,7 @@ def summarise(name: str, values: list[float]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=100)
-    parser.add_argument("--tasks", type=int, default=12, help="a multiple of 4")
+    parser.add_argument("--tasks", type=int, default=16, help="a multiple of 4")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
     parser.add_argument("--keep", action="store_true", help="leave the light hosts running")
