@@ -6,7 +6,14 @@ import pytest
 
 from kiln.parsers import ParseError
 from kiln.parsers.drain_reason import is_kiln_reason
-from kiln.parsers.slurm import Gres, parse_gres, parse_scontrol_nodes, parse_sinfo
+from kiln.parsers.slurm import (
+    SINFO_REASON_FIELDS,
+    Gres,
+    parse_gres,
+    parse_scontrol_nodes,
+    parse_sinfo,
+    parse_sinfo_reasons,
+)
 
 REAL = Path(__file__).parent.parent / "fixtures/real/slurm-sinfo-scontrol"
 SCONTROL = REAL / "scontrol_show_node_gpu_gres_drain_huji_slurm1711.txt"
@@ -74,3 +81,24 @@ def test_gres_kiln_reason_and_unreadable_gres() -> None:
     assert parse_gres("gpu:h100:8(S:0-1)") == [Gres("gpu", "h100", 8, "S:0-1")]
     with pytest.raises(ParseError, match="cannot read GRES item"):
         parse_gres("gpu:h100:8:extra")
+
+
+def test_sinfo_reasons_read_from_the_right_so_a_reason_may_hold_spaces() -> None:
+    """Real `sinfo -R` (REASON USER TIMESTAMP NODELIST): the reason comes first and holds
+    spaces, so the three columns after it are read from the right."""
+    text = (REAL / "sinfo_R_gres_core_mismatch_unige_baobab.txt").read_text()
+    rows = parse_sinfo_reasons(text)
+    assert len(rows) == 10 and rows[0].node == "cpu242"
+    assert [(r.reason.text, r.reason.user, r.reason.time) for r in rows[:1]] == [
+        ("issue-5894", "root", "2025-04-02T16:01:38")
+    ]
+    gpus = next(r for r in rows if r.node == "gpu[013-017,021-026,034-044,046-049]")
+    assert gpus.values == {
+        "reason": "gres/gpu GRES core s",  # cut at 20 characters by sinfo itself
+        "user": "slurm",
+        "timestamp": "2025-04-03T15:48:07",
+        "node": "gpu[013-017,021-026,034-044,046-049]",
+    }
+    assert gpus.reason is not None and gpus.reason.user == "slurm"
+    # The same columns through parse_sinfo: the reason column takes the slack wherever it is.
+    assert parse_sinfo(text, SINFO_REASON_FIELDS) == rows

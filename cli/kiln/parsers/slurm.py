@@ -1,4 +1,4 @@
-"""Slurm: `scontrol show node` blocks and node-oriented `sinfo` output.
+"""Slurm: `scontrol show node` blocks, node-oriented `sinfo` output and `sinfo -R`.
 
 `scontrol show node` prints one block per node of `Key=Value` pairs, several per line. Values
 never contain "=" followed by a key, except the free-text keys Slurm prints alone on their line
@@ -188,6 +188,8 @@ def parse_scontrol_nodes(text: str) -> list[SlurmNode]:
 # --- sinfo -----------------------------------------------------------------------------------
 
 SINFO_FIELDS = ("node", "gres")
+# `sinfo -R` ("%20E %9u %19H %N"): the reason first, and it holds spaces.
+SINFO_REASON_FIELDS = ("reason", "user", "timestamp", "node")
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +209,11 @@ class SinfoRow:
 
     @property
     def reason(self) -> NodeReason | None:
+        if "user" in self.values or "timestamp" in self.values:  # `sinfo -R`: own columns
+            text = self.values.get("reason", "").strip()
+            if not text:
+                return None
+            return NodeReason(text, self.values.get("user"), self.values.get("timestamp"))
         return parse_reason(self.values.get("reason"))
 
     @property
@@ -220,18 +227,23 @@ def parse_sinfo(
     """Parse node-oriented sinfo output, e.g. `sinfo -N -h -o "%N %G"` (the default fields).
 
     `fields` names the columns in order ("node", "gres", "state", "reason", "partition", ...).
-    With `sep=None` columns are whitespace-separated and the last column takes the rest of the
-    line (so a reason may hold spaces); give `sep="|"` for `-o "%N|%T|%E"` style formats. A
-    header line (sinfo without -h) is skipped.
+    With `sep=None` columns are whitespace-separated and the one column that may hold spaces
+    takes the slack: the reason wherever it sits (`sinfo -R` prints it first), else the last
+    column; the columns after it are read from the right. Give `sep="|"` for `-o "%N|%T|%E"`
+    style formats. A header line (sinfo without -h) is skipped.
     """
     if "node" not in fields:
         raise ValueError("fields must include 'node'")
+    wide = fields.index("reason") if "reason" in fields else len(fields) - 1
+    after = len(fields) - 1 - wide
     rows: list[SinfoRow] = []
     for line_no, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         if sep is None:
-            cols = line.split(None, len(fields) - 1)
+            cols = line.split(None, wide)
+            if len(cols) > wide:  # the reason and what follows it, read from the right
+                cols += cols.pop().rsplit(None, after)
         else:
             cols = [c.strip() for c in line.split(sep, len(fields) - 1)]
         if len(cols) != len(fields):
@@ -246,3 +258,8 @@ def parse_sinfo(
     if not rows:
         raise ParseError("sinfo", "no node rows")
     return rows
+
+
+def parse_sinfo_reasons(text: str) -> list[SinfoRow]:
+    """`sinfo -R`: one row per reason and hostlist; `row.reason` carries who set it and when."""
+    return parse_sinfo(text, SINFO_REASON_FIELDS)
