@@ -79,12 +79,38 @@ def test_a_failed_test_drains_the_node_naming_the_test_and_dcgmis_message() -> N
     "name", ["l40s_x4_r2_pcie_internal_error_dcgm423.txt",
              "b200_x8_r2_pcie_internal_error_slurm_dcgm441.txt"],
 )  # fmt: skip
-def test_a_dcgm_4_test_failed_at_test_level_fails_although_every_gpu_line_passes(name) -> None:
+def test_a_test_dcgm_errored_on_with_every_gpu_passing_is_not_validated_not_drained(name) -> None:
+    """pcie Fail with "There was an internal error during the test" while every GPU line says
+    Pass: DCGM could not run the test. No GPU is blamed, and the node is not a pass either."""
     [verdict] = judge_dcgm(_run(name, 2))
-    assert not verdict.passed and verdict.action is Action.DRAIN
+    assert not verdict.passed
+    assert (verdict.severity, verdict.action) == (Severity.WARNING, Action.INVESTIGATE)
     assert verdict.message.startswith(
-        "dcgm r2 pcie failed: There was an internal error during the test: '"
+        "not validated: dcgm r2 pcie errored with no GPU failing: There was an internal error "
+        "during the test: '"
     )
+
+
+def test_one_gpu_failing_on_a_continuation_row_drains_and_names_that_gpu() -> None:
+    """Real DCGM 3.3.9: "Targeted Power | Pass - GPUs: 0, 2, 3" then "| Fail - GPU: 1"."""
+    node, gpu = judge_dcgm(_run("a10g_x4_r3_targeted_power_fail_gpu1_dcgm339.txt", 3))
+    assert (node.passed, node.severity, node.action) == (False, Severity.CRITICAL, Action.DRAIN)
+    assert node.message.startswith(
+        "dcgm r3 Targeted Power failed on GPU 1: GPU 1 Max power of 224.1 did not reach"
+    )
+    assert (gpu.name, gpu.passed, gpu.action) == ("gpu001/gpu1", False, Action.DRAIN)
+    assert gpu.message == "dcgm r3 Targeted Power failed on GPU 1"
+
+
+def test_a_dcgm_4_gpu_line_that_fails_is_that_gpus_failure() -> None:
+    """Built from the real L40S output: pcie's "GPU2: Pass" edited to "GPU2: Fail" (the
+    DCGM 4 shape of one GPU failing), so the failure is GPU 2's and the node drains."""
+    text = (REAL / "l40s_x4_r2_pcie_internal_error_dcgm423.txt").read_text()
+    head, pcie = text.split("| pcie ", 1)
+    edited = head + "| pcie " + pcie.replace("GPU2: Pass", "GPU2: Fail")
+    node, gpu = judge_dcgm(DcgmRun("gpu001", 2, RAN, output=edited, exit_code=0))
+    assert node.action is Action.DRAIN and node.message.startswith("dcgm r2 pcie failed on GPU 2")
+    assert (gpu.name, gpu.message) == ("gpu001/gpu2", "dcgm r2 pcie failed on GPU 2")
 
 
 def test_a_failing_gpu_of_a_json_run_gets_its_own_verdict() -> None:

@@ -206,3 +206,30 @@ def test_unreadable_json_is_named() -> None:
         parse_diag('{"DCGM Diagnostic": {"test_categories": [\n')
     with pytest.raises(ParseError, match="no 'DCGM Diagnostic'"):
         parse_diag('{"something": 1}\n')
+
+
+A10G = REAL / "a10g_x4_r3_targeted_power_fail_gpu1_dcgm339.txt"
+
+
+def test_a_test_spanning_rows_reads_every_row_and_names_the_failing_gpu() -> None:
+    """Real DCGM 3.3.9 on 4x A10G: "Targeted Power | Pass - GPUs: 0, 2, 3" and, on the next
+    row, "Fail - GPU: 1". Reading only the first row made it a Pass."""
+    report = parse_diag(A10G.read_text())
+    power = report.test("Targeted Power")
+    assert (power.result, power.scope) == ("Fail", "GPU: 1")
+    assert [(e.id, e.result) for e in power.entities] == [
+        (0, "Pass"), (2, "Pass"), (3, "Pass"), (1, "Fail"),
+    ]  # fmt: skip
+    assert power.warnings.startswith("GPU 1 Max power of 224.1 did not reach desired power")
+    assert [n.text[:5] for n in power.notes if n.kind == "Info"] == ["GPU 0", "GPU 2", "GPU 3"]
+    assert report.failed == [power] and not power.errored
+    assert report.test("Memory Bandwidth").result == "Pass"
+    assert report.test("PCIe").entities == ()  # "Pass - All" names no GPU
+
+
+def test_a_test_that_failed_with_every_gpu_passing_is_dcgms_own_error() -> None:
+    report = parse_diag((REAL / "l40s_x4_r2_pcie_internal_error_dcgm423.txt").read_text())
+    assert report.test("pcie").errored
+    assert not report.test("memory").errored  # passed
+    fabric = parse_diag(FAIL.read_text())  # "Fail - All", no per-GPU rows: a real failure
+    assert not fabric.test("GPU Memory").errored

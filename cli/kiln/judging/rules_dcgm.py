@@ -13,6 +13,9 @@ print one). For each node, one verdict of check `dcgm`:
   naming the tests: a warning, investigate, never a pass and never a drain (the node is not
   proven faulty; it is not proven healthy either, so the run is not a pass);
 - output that cannot be read, or a dcgmi that could not run the tests, is not validated too;
+- so is a test that failed while every GPU it reports passed (DCGM 4's "pcie | Fail" over
+  "GPU0: Pass" rows with "There was an internal error during the test"): DCGM errored, and no
+  GPU is blamed for it;
 - otherwise the node passes; optional tests it skipped (EUD, pulse test, memtest: add-ons and
   SKU-dependent plugins) and warnings are named in the message.
 
@@ -120,7 +123,11 @@ def judge_report(node: str, level: int, report: DiagReport) -> list[Verdict]:
         ))  # fmt: skip
     if missing:
         gaps.append("did not run " + ", ".join(missing))
-    failed = report.failed
+    # DCGM's own error is no GPU's failure: it leaves the node not validated, never drained.
+    errored = [t for t in report.failed if t.errored]
+    failed = [t for t in report.failed if not t.errored]
+    if errored and failed:
+        gaps.insert(0, f"{_names(errored)} errored")
     if failed:
         first = failed[0]
         text = f"dcgm r{level} {first.name} failed{_where(first)}"
@@ -144,6 +151,10 @@ def judge_report(node: str, level: int, report: DiagReport) -> list[Verdict]:
         return verdicts
     if report.runtime_error:
         return [_not_validated(node, level, f"could not run: {report.runtime_error}")]
+    if errored:
+        first = errored[0]
+        why = f"{_names(errored)} errored with no GPU failing: {first.warnings or first.message}"
+        return [_not_validated(node, level, why + (f" ({'; '.join(gaps)})" if gaps else ""))]
     if gaps:
         required = ", ".join(REQUIRED.get(level, REQUIRED[3]))
         return [_not_validated(node, level, f"{'; '.join(gaps)} (required at level {level}: "

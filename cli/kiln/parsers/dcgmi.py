@@ -11,9 +11,11 @@
     |                           | and system logs for errors. Reset GPU. Restar  |
 
 Table: each test row gives a result (Pass, Fail, Skip, Warn, Not Run) and, in DCGM 3, a scope
-("All", "GPU: 0"); DCGM 4 prints one continuation row per entity instead ("GPU0: Pass"). Rows
-named Info, Warning or Error belong to the test above them. dcgmi hard-wraps long text at a fixed
-width, mid-word; continuation rows are joined back without inventing spaces.
+("All", "GPU: 0"); DCGM 4 prints one continuation row per entity instead ("GPU0: Pass"). Where
+DCGM 3's GPUs differ, the test spans rows, one per result ("Pass - GPUs: 0, 2, 3" then "Fail -
+GPU: 1"): every row is read, each GPU it names gets its result, and the test takes the worst.
+Rows named Info, Warning or Error belong to the test above them. dcgmi hard-wraps long text at a
+fixed width, mid-word; continuation rows are joined back without inventing spaces.
 
 JSON: DCGM 3 writes {"DCGM GPU Diagnostic": {"test_categories": [...]}, "version", "Driver
 Version Detected", "GPU Device IDs"}, one result per GPU ("gpu_id"); DCGM 4 writes {"DCGM
@@ -21,14 +23,16 @@ Diagnostic": {"test_categories": [...]}, "metadata": {...}, "entity_groups": [..
 per entity ("entity_group", "entity_id") and a "test_summary". A run that could not start says
 so in "runtime_error". Key names: NVIDIA/DCGM nvvs/include/NvvsJsonStrings.h.
 
-Skip is never Pass: `DiagReport.passed` is true only when every test passed (or warned).
+Skip is never Pass: `DiagReport.passed` is true only when every test passed (or warned). A test
+that failed while every GPU it reports passed is DCGM's own error (`DiagTest.errored`), not a
+GPU's failure.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kiln.parsers import ParseError
 
@@ -39,6 +43,8 @@ _SECTION = re.compile(r"^[+|]-+\s+(?P<name>[A-Za-z][\w /]*?)\s+-+\+-+[+|]$")
 _ROW = re.compile(r"^\|(?P<name>[^|]*)\|(?P<value>[^|]*)\|$")
 _RESULT = re.compile(r"^(?P<status>Pass|Fail|Skip|Warn|Not Run)(?:\s*-\s*(?P<scope>.*))?$")
 _ENTITY = re.compile(r"^(?P<kind>[A-Za-z]+) ?(?P<id>\d+): (?P<status>Pass|Fail|Skip|Warn|Not Run)$")
+# A further result row of the test above (DCGM 3): "Fail - GPU: 1", "Pass - GPUs: 0, 2, 3".
+_MORE = re.compile(r"^(?:Pass|Fail|Skip|Warn|Not Run) - GPUs?: \d+(?:, ?\d+)*,?$")
 _NOTE_KINDS = {"Info", "Warning", "Error"}
 _METADATA_SECTIONS = {"Metadata"}
 STATUSES = ("Pass", "Fail", "Skip", "Warn", "Not Run")
@@ -96,6 +102,13 @@ class DiagTest:
 
     def entities_with(self, *results: str) -> list[EntityResult]:
         return [e for e in self.entities if e.result in results]
+
+    @property
+    def errored(self) -> bool:
+        """Failed, yet no GPU it reports failed (DCGM 4's "GPU0: Pass" rows under "pcie | Fail"
+        with "There was an internal error during the test"): DCGM could not run the test, so
+        nothing is known of the GPUs. Not a GPU failure, and not a pass."""
+        return self.result == "Fail" and bool(self.entities) and not self.entities_with("Fail")
 
     @property
     def message(self) -> str:
@@ -156,6 +169,7 @@ class _Cell:
     name: str
     chunks: list[str]
     entity: EntityResult | None = None
+    more: bool = False  # a further result row of the test above ("Fail - GPU: 1")
 
 
 def _join(chunks: list[str]) -> str:
@@ -195,6 +209,8 @@ def _cells(text: str) -> tuple[list[str], list[_Cell]]:
             continue
         if name:
             cells.append(_Cell(section, name, [value]))
+        elif _MORE.match(value.strip()) and cells and _is_test(cells[-1]):
+            cells.append(_Cell(section, "", [value], more=True))
         elif entity := _ENTITY.match(value.strip()):  # DCGM 4: "GPU0: Pass" under its test
             kind, number, status = entity.group("kind", "id", "status")
             cells.append(_Cell(section, "", [], EntityResult(kind, int(number), status)))
@@ -205,6 +221,22 @@ def _cells(text: str) -> tuple[list[str], list[_Cell]]:
     if not in_table:
         raise ParseError(TOOL, "no result table found")
     return header, cells
+
+
+def _is_test(cell: _Cell) -> bool:
+    """A test's result row (or a further one), not a note, metadata or an entity row."""
+    if cell.more:
+        return True
+    return (
+        bool(cell.name) and cell.name not in _NOTE_KINDS and cell.section not in _METADATA_SECTIONS
+    )
+
+
+def _scoped(status: str, scope: str | None) -> list[EntityResult]:
+    """The GPUs a DCGM 3 scope names, each with the row's result; none for "All"."""
+    if not scope or not re.match(r"GPUs?:", scope.strip()):
+        return []
+    return [EntityResult("GPU", int(n), status) for n in re.findall(r"\d+", scope)]
 
 
 def parse_diag_table(text: str) -> DiagReport:
@@ -232,6 +264,14 @@ def parse_diag_table(text: str) -> DiagReport:
             entities.append(cell.entity)
             continue
         value = _join(cell.chunks)
+        if cell.more:  # keep every row: the worst decides the test, each GPU keeps its own
+            row = _RESULT.match(value)
+            if not row or not tests:
+                raise ParseError(TOOL, f"unreadable result row {value!r}")
+            entities.extend(_scoped(row["status"], row["scope"]))
+            if _RANK[row["status"]] < _RANK.get(tests[-1].result, -1):
+                tests[-1] = replace(tests[-1], result=row["status"], scope=row["scope"])
+            continue
         if cell.section in _METADATA_SECTIONS:
             metadata[cell.name] = value
             continue
@@ -247,6 +287,7 @@ def parse_diag_table(text: str) -> DiagReport:
                 TOOL, f"test {cell.name!r} has no Pass/Fail/Skip/Warn result: {value!r}"
             )
         tests.append(DiagTest(cell.section, cell.name, result["status"], result["scope"]))
+        entities.extend(_scoped(result["status"], result["scope"]))
     flush()
     if not tests:
         raise ParseError(TOOL, "table holds no test results")
