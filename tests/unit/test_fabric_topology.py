@@ -210,3 +210,48 @@ def test_skipped_lines_and_added_switches_are_shown(capsys):
     added = [s for s in document["switches"] if s["added_by_kiln"]]
     # None of this inventory's hosts is in that fabric: no switch holds one, nothing is added.
     assert added == [] and document["switches"] == []
+
+
+def _declared_by_guid(tmp_path, hosts: str) -> Path:
+    inventory = tmp_path / "inv"
+    (inventory / "group_vars").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(hosts)
+    (inventory / "group_vars/all.yml").write_text("---\nkiln_cluster_name: pod\n")
+    return inventory
+
+
+def test_a_host_declared_by_hca_guid_is_placed_though_its_ca_keeps_the_default_description(
+    tmp_path,
+):
+    """The real SuperPOD capture: leaf A09-P1-IBLEAF-04-02 port 6 is a CA still named "MT4129
+    ConnectX7   Mellanox Technologies" (no host in the description). Declared by its node GUID,
+    the host goes under that leaf; declared by name only, it could never be found."""
+    fabric = parse_ibnetdiscover(REAL.read_text())
+    guids = {"e09d730300858d88": ("a06-p1-dgx-02-c05", "0xe09d730300858d88")}
+    topology = build_topology(fabric, guids=guids)
+    assert topology.hosts["a06-p1-dgx-02-c05"] == "A09-P1-IBLEAF-04-02"
+    assert "e09d730300858d88" not in topology.unnamed_cas
+    hosts = (
+        "all:\n  children:\n    kiln_controllers:\n      hosts:\n        ctl01:\n"
+        "    kiln_compute:\n      vars: {kiln_gpu_model: h100-sxm}\n      hosts:\n"
+        "        a06-p1-dgx-02-c05: {kiln_ib_hcas: ['0xE09D730300858D88']}\n"
+    )
+    cluster = require_valid(_declared_by_guid(tmp_path, hosts))
+    result = topology_from_text(cluster, REAL.read_text(), REAL.name)
+    assert result.topology.hosts == {"a06-p1-dgx-02-c05": "A09-P1-IBLEAF-04-02"}
+    assert not [d for d in result.disagreements if d.subject == "a06-p1-dgx-02-c05"]
+    assert "e09d730300858d88" not in result.unnamed_cas
+
+
+def test_a_host_declared_by_a_port_guid_is_matched_too():
+    """The man page's capture: CA 0008f10403960558 ("MT23108 InfiniHost Mellanox
+    Technologies") on ISR9024 ports 8 and 12; ibstat shows its port GUIDs (...0559, ...055a),
+    which an operator may copy into the inventory instead of the node GUID."""
+    fabric = parse_ibnetdiscover(
+        (
+            FIXTURES / "real/ibnetdiscover/voltaire_isr9024_sw6ib4_sdr_manpage_grouping.txt"
+        ).read_text()
+    )
+    topology = build_topology(fabric, guids={"0008f10403960559": ("node7", "0x8f10403960559")})
+    assert topology.hosts == {"node7": "switch-005442ba00003080"}  # the ISR9024
+    assert "0008f10403960558" not in topology.unnamed_cas

@@ -189,3 +189,16 @@ def test_small_real_fabrics(name, switches, hosts):
     fabric = parse_ibnetdiscover((REAL_DIR / name).read_text())
     assert len(fabric.switches()) == switches and fabric.skipped == []
     assert sorted(ca.hostname for ca in fabric.cas()) == hosts
+
+
+def test_port_guids_are_kept_for_matching_hosts_declared_by_guid() -> None:
+    """The man page's capture: InfiniHost CAs keep their default description ("MT23108
+    InfiniHost Mellanox Technologies"), so only a GUID can tell whose they are; their port
+    GUIDs differ from the node GUID (node ...0558, ports ...0559 and ...055a)."""
+    text = (REAL_DIR / "voltaire_isr9024_sw6ib4_sdr_manpage_grouping.txt").read_text()
+    ca = parse_ibnetdiscover(text).nodes["0008f10403960558"]
+    assert ca.hostname is None
+    assert ca.port_guids == {"0008f10403960559", "0008f1040396055a"}
+    # a switch port's GUID, printed after its switchguid, is the switch's own
+    superpod = parse_ibnetdiscover(REAL.read_text())
+    assert superpod.nodes["e09d730300858d88"].port_guids == {"e09d730300858d88"}

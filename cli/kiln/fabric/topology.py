@@ -2,12 +2,14 @@
 
 A host has one CA per rail, and on a rail-optimised fabric each rail hangs off its own leaf, so
 the same host is cabled to several leaves. Slurm's tree plugin wants each node under one leaf:
-a host goes under the leaf of its rail-0 HCA (the first name in its kiln_ib_hcas, matched
-against the CA's node description "host mlx5_0"); a host the inventory does not describe goes
-under the leaf of its CA whose description sorts first. Leaves left without hosts are dropped,
-and so are the switches above that then have no children. Every upper switch lists the
-switches one level below it that it is cabled to: a fat tree gives a leaf several parents,
-which Slurm accepts (any two leaves then share an ancestor).
+a host goes under the leaf of its rail-0 HCA (the first entry of its kiln_ib_hcas); a host the
+inventory does not describe goes under the leaf of its CA whose description sorts first. A CA
+is a host's when the inventory names it by node or port GUID, else by its node description
+("host mlx5_0"): an HCA whose description was never set keeps the adapter's default ("MT4123
+ConnectX6   Mellanox Technologies"), and only its GUID can place it. Leaves left without hosts
+are dropped, and so are the switches above that then have no children. Every upper switch
+lists the switches one level below it that it is cabled to: a fat tree gives a leaf several
+parents, which Slurm accepts (any two leaves then share an ancestor).
 
 Slurm's tree plugin places a job across switches only under a switch that reaches all of them,
 and a switch line holds nodes or switches, never both ("switch %s has both child switches and
@@ -30,8 +32,9 @@ from pathlib import Path
 
 from kiln.errors import InvalidInputError
 from kiln.fabric.bandwidth import LINE_RATE_GBPS
+from kiln.fabric.links import binding_kind
 from kiln.inventory import Cluster
-from kiln.parsers._common import SkippedLine
+from kiln.parsers._common import SkippedLine, norm_guid
 from kiln.parsers.ibnetdiscover import IbFabric, IbNode, parse_ibnetdiscover
 from kiln.render import MANAGED_HEADER, environment
 
@@ -71,6 +74,24 @@ class FabricTopology:
 def _hca_of(ca: IbNode) -> str | None:
     parts = (ca.description or "").split()
     return parts[1] if len(parts) > 1 else None
+
+
+def declared_guids(cluster: Cluster) -> dict[str, tuple[str, str]]:
+    """GUID -> (host, the HCA as declared) for every HCA the inventory names by GUID."""
+    return {
+        norm_guid(hca): (node.name, hca)
+        for node in cluster.nodes
+        for hca in node.ib_hcas
+        if binding_kind(hca) == "guid"
+    }
+
+
+def _host_of(ca: IbNode, guids: dict[str, tuple[str, str]]) -> tuple[str | None, str | None]:
+    """(host, HCA) of a CA: by a GUID the inventory declares first, then by its description."""
+    for guid in (ca.guid, *sorted(ca.port_guids)):
+        if guid in guids:
+            return guids[guid]
+    return ca.hostname, _hca_of(ca)
 
 
 def _unique_names(fabric: IbFabric, guids: list[str]) -> dict[str, str]:
@@ -127,22 +148,25 @@ def build_topology(
     rail0: dict[str, str] | None = None,
     only_hosts: set[str] | None = None,
     not_in_fabric: set[str] | None = None,
+    guids: dict[str, tuple[str, str]] | None = None,
 ) -> FabricTopology:
     """The tree Slurm needs. `rail0` maps host -> its rail-0 HCA name (from the inventory);
     `only_hosts`, when given, keeps other hosts out (slurmctld refuses unknown node names);
     `not_in_fabric`: hosts topology.conf must hold all the same (the compute nodes), those
-    the fabric does not show going under kiln-not-in-fabric."""
-    rail0 = rail0 or {}
+    the fabric does not show going under kiln-not-in-fabric; `guids`: the HCAs the inventory
+    names by GUID (declared_guids)."""
+    rail0, guids = rail0 or {}, guids or {}
     levels = fabric.switch_levels()
     names = _unique_names(fabric, sorted(levels))
     candidates: dict[str, list[tuple]] = defaultdict(list)  # host -> [(desc, leaf, hca)]
     unnamed: list[str] = []
     for leaf_guid in (g for g, level in levels.items() if level == 0):
         for ca in fabric.hosts_on(leaf_guid):
-            if ca.hostname is None:
+            host, hca = _host_of(ca, guids)
+            if host is None:
                 unnamed.append(ca.guid)
-            elif only_hosts is None or ca.hostname in only_hosts:
-                candidates[ca.hostname].append((ca.description or "", leaf_guid, _hca_of(ca)))
+            elif only_hosts is None or host in only_hosts:
+                candidates[host].append((ca.description or "", leaf_guid, hca))
     placed: dict[str, str] = {}  # host -> leaf GUID
     for host, seen in candidates.items():
         wanted = rail0.get(host)
@@ -216,7 +240,8 @@ def compare_with_inventory(
         found.append(Disagreement(
             "missing-from-fabric", name,
             f"{name} declares HCAs {', '.join(declared[name].ib_hcas)} but no CA in the fabric "
-            "carries its name (cable, port down, or its node description is not set)",
+            "carries its name or those GUIDs (cable, port down, or its node description is not "
+            "set: declare the HCAs by GUID)",
         ))  # fmt: skip
     known = {n.name for n in cluster.nodes}
     for name in sorted(seen - known):
@@ -291,9 +316,12 @@ def fabric_topology(cluster: Cluster, fabric: IbFabric, source: str) -> Topology
     rail0 = {n.name: n.ib_hcas[0] for n in cluster.nodes if n.ib_hcas}
     # Slurm nodes only: slurmctld knows no controller or storage host in topology.conf.
     compute = {n.name for n in cluster.compute}
-    seen = {ca.hostname for ca in fabric.cas() if ca.hostname}
-    topology = build_topology(fabric, rail0=rail0, only_hosts=compute, not_in_fabric=compute)
-    full = build_topology(fabric, rail0=rail0)  # every host, for the comparison
+    guids = declared_guids(cluster)
+    seen = {host for ca in fabric.cas() if (host := _host_of(ca, guids)[0])}
+    topology = build_topology(
+        fabric, rail0=rail0, only_hosts=compute, not_in_fabric=compute, guids=guids
+    )
+    full = build_topology(fabric, rail0=rail0, guids=guids)  # every host, for the comparison
     disagreements = compare_with_inventory(full, cluster, seen)
     rate = cluster.ib.link_rate_gbps
     degraded = []

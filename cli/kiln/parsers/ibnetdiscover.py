@@ -72,6 +72,9 @@ class IbNode:
     devid: str | None = None
     sysimgguid: str | None = None
     listed: bool = False  # True when the node had its own block (not only seen as a peer)
+    # Port GUIDs seen in parentheses ("[1](e09d7303007a4bd8)"): what ibstat shows a host, and so
+    # what an inventory may name an HCA by when its description is still the default.
+    port_guids: set[str] = field(default_factory=set)
 
     @property
     def is_aggregation_node(self) -> bool:
@@ -235,6 +238,9 @@ def parse_ibnetdiscover(text: str) -> IbFabric:
                 raise ParseError(TOOL, "port line outside a node block", line_no=line_no, line=raw)
             peer_guid = norm_guid(match.group("guid"))
             peer = _node(fabric, peer_guid, _PREFIX_KINDS[match.group("prefix")])
+            for node, port_guid in ((current, "portguid"), (peer, "peer_portguid")):
+                if match.group(port_guid):
+                    node.port_guids.add(norm_guid(match.group(port_guid)))
             width = speed = None
             comment = match.group("comment") or ""
             if peer_match := _PEER.search(comment):
