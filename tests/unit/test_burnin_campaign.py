@@ -118,7 +118,7 @@ def test_infiniband_nodes_are_read_before_and_after_and_their_rails_run_in_round
     def over_ssh(nodes, command):
         results = []
         for node in nodes:
-            if command == dcgm.PROBE:  # these GPU nodes have no DCGM: the phase skips them
+            if command == dcgm.PROBE:  # these GPU nodes have no DCGM: not validated
                 text = f"{dcgm.MARK} absent\n{dcgm.MARK} host {node.name}\n"
             elif command == sysfs_dump_command():
                 phase = "after" if reads.count(node.name) else "before"
@@ -158,7 +158,14 @@ def test_infiniband_nodes_are_read_before_and_after_and_their_rails_run_in_round
         "'reason=kiln:burnin:RUN: ib rail1 mlx5_1 98.0 Gb/s < floor 180 (slow with 3/3 peers)'",
     ]
     assert ctl.commands[-1] == "scontrol delete reservationname=kiln-burnin-run"
-    assert outcome.not_tested == {}  # DCGM absent is a skipped phase, not a node left untested
+    # not run is never passed: a GPU node without dcgmi is not validated, so the run did not
+    # test it (incomplete, exit 1); the drains above stand
+    assert outcome.not_tested == {
+        node: "not validated: dcgm r1 could not run: dcgmi is not installed on this GPU node "
+        "(the nvidia_dcgm role)"
+        for node in NODES
+    }
+    assert not outcome.report.passed
 
 
 QUARANTINED = "kiln:quarantine:20261130T101500Z-3f9a1c: new node, quarantined until burn-in passes"

@@ -87,18 +87,24 @@ def test_the_phase_runs_the_suites_level_on_tested_gpu_nodes_and_judges_them(tmp
     assert [r.status for r in runs] == ["ran", "ran", "ran", "absent"]
     assert runs[0].host == "gpu001.example" and runs[0].exit_code == 0
     assert "DCGM: gpu005 not run (it has no burn-in result)" in lines
-    assert lines[-1] == "DCGM: 3 node(s) ran dcgmi diag, 1 without DCGM, 0 gave no answer"
+    assert lines[-1] == "DCGM: 3 node(s) ran dcgmi diag, 1 without dcgmi, 0 gave no answer"
+    assert "DCGM: gpu004 has no dcgmi; it cannot be validated" in lines
 
     dcgm = {v.name: v for v in outcome.report.verdicts if v.check == "dcgm" and v.subject == "node"}
-    assert dcgm["gpu001"].passed and dcgm["gpu004"].passed
-    assert dcgm["gpu004"].message.startswith("skipped: DCGM is not installed")
+    assert dcgm["gpu001"].passed and not dcgm["gpu004"].passed  # not run is never passed
+    assert dcgm["gpu004"].message == (
+        "not validated: dcgm r3 could not run: dcgmi is not installed on this GPU node "
+        "(the nvidia_dcgm role)"
+    )
     assert not dcgm["gpu002"].passed and dcgm["gpu002"].message.startswith("not validated: ")
     assert outcome.report.drain() == {
         "gpu003": dcgm["gpu003"].reason,
     }
     assert dcgm["gpu003"].reason.startswith("kiln: dcgm r3 GPU Memory failed on all GPUs")
     # not validated: the run did not test it (incomplete; a node kiln drained keeps its drain)
-    assert list(outcome.report.not_tested) == ["gpu002"]
+    assert outcome.report.not_tested == {
+        "gpu002": dcgm["gpu002"].message, "gpu004": dcgm["gpu004"].message,
+    }  # fmt: skip
     assert not outcome.report.passed
 
     # recorded, and judged the same again from the record alone (idempotent)

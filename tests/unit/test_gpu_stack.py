@@ -13,7 +13,6 @@ import pytest
 from kiln.gpu.facts import (
     Expected,
     check,
-    diag_failures,
     fabric_pending,
     load_failure_cause,
     pack,
@@ -193,16 +192,6 @@ def test_driver_that_does_not_answer_is_explained():
     assert "reboot the node" in load_failure_cause(
         kernel="6.1.0-28-amd64", version="550.127.05", smi_error=error, module_built=True
     )
-
-
-def test_dcgm_quick_diagnostic_failures_from_a_real_run():
-    text = FIXTURES / "real" / "dcgmi-diag" / "h100x8_r3_fail_cuinit_no_fabricmanager_dcgm338.txt"
-    failures = diag_failures(text.read_text())
-    assert failures and all(len(failure) < 340 for failure in failures)
-    assert failures[0].startswith("GPU Memory (All): GPU 0 Error using CUDA API cuInit")
-    assert diag_failures("Error: unable to connect to host engine") == [
-        "unreadable dcgmi diag output (dcgmi diag: no result table found)"
-    ]
 
 
 # --- plain-text nvidia-smi -q where the XML is not available --------------------------------

@@ -135,24 +135,52 @@ def test_a_level_2_output_judged_at_level_3_did_not_run_the_stress_tests() -> No
     )
 
 
-def test_a_node_without_dcgm_skips_the_step_and_says_so() -> None:
+def test_a_gpu_node_without_dcgmi_is_not_validated_never_passed() -> None:
+    """Not run is never passed: the phase only runs on GPU nodes, so no dcgmi is no proof."""
     [verdict] = judge_dcgm(DcgmRun("gpu001", 3, ABSENT))
-    assert verdict.passed
-    assert verdict.message == "skipped: DCGM is not installed (no dcgmi on the node)"
+    assert not verdict.passed
+    assert (verdict.severity, verdict.action) == (Severity.WARNING, Action.INVESTIGATE)
+    assert verdict.message == (
+        "not validated: dcgm r3 could not run: dcgmi is not installed on this GPU node "
+        "(the nvidia_dcgm role)"
+    )
+
+
+def test_a_host_engine_that_does_not_answer_leaves_the_node_not_validated() -> None:
+    """The real lines dcgmi prints when nv-hostengine is not running (SOURCE.txt)."""
+    said = (REAL / "no_hostengine_connection_refused_dcgm.txt").read_text()
+    for run in (DcgmRun("gpu001", 1, RAN, output=said, exit_code=255),
+                DcgmRun("gpu001", 1, RAN, output="", error=said, exit_code=255)):  # fmt: skip
+        [verdict] = judge_dcgm(run)
+        assert not verdict.passed and verdict.action is Action.INVESTIGATE
+        assert verdict.message == (
+            "not validated: dcgm r1 could not run: nv-hostengine does not answer (exit 255; "
+            "Error: unable to establish a connection to the specified host: localhost): "
+            "start nvidia-dcgm"
+        )
+
+
+def test_a_passing_table_from_a_dcgmi_that_exited_non_zero_is_not_validated() -> None:
+    healthy = (REAL / "v100_pcie_r3_verbose_pass_eud_skip_dcgm339.txt").read_text()
+    [verdict] = judge_dcgm(DcgmRun("gpu001", 3, RAN, output=healthy, exit_code=124,
+                                   error="terminated"))  # fmt: skip
+    assert not verdict.passed
+    assert verdict.message == (
+        "not validated: dcgm r3 could not run: dcgmi exited 124 with no test failed (terminated)"
+    )
 
 
 def test_no_answer_or_an_unreadable_one_is_never_a_pass() -> None:
     [silent] = judge_dcgm(DcgmRun("gpu001", 2, NO_ANSWER, error="timeout: after 1980 s"))
     assert not silent.passed and silent.action is Action.INVESTIGATE
     assert silent.message == "not validated: dcgm r2 did not run: timeout: after 1980 s"
-    refused = DcgmRun(
-        "gpu001", 2, RAN, exit_code=255,
-        output="Error: unable to establish a connection to the specified host: localhost\n",
-    )  # fmt: skip
-    [verdict] = judge_dcgm(refused)
+    # the real -j document cut short (dcgmi killed mid-write): unreadable, never a pass
+    document = (REAL / "gb10_r1_json_software_fail_dcgm423.json").read_text()
+    [verdict] = judge_dcgm(DcgmRun("gpu001", 1, RAN, exit_code=137, output=document[:400]))
     assert not verdict.passed and verdict.action is Action.INVESTIGATE
-    assert "printed no readable result (exit 255;" in verdict.message
-    assert "unable to establish a connection" in verdict.message
+    assert verdict.message.startswith(
+        "not validated: dcgm r1 printed no readable result (exit 137;"
+    )
 
 
 def test_a_run_record_round_trips() -> None:

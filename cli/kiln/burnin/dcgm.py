@@ -8,13 +8,14 @@ the nodes, and only on GPU nodes that were tested (their GEMM result came home):
 someone else's job, or one that gave no result, is not touched. Over SSH as root (kiln.fleet):
 
 1. a probe (`command -v dcgmi`, through kiln.burnin.collect.run_as_root like the other reads):
-   a node without dcgmi skips the step, and its verdict says so;
+   a GPU node without dcgmi is not validated (not run is never passed), and its verdict says so;
 2. `timeout <limit> dcgmi diag -r <level> -j` on every node that has it, all at once; its stdout,
    stderr and exit status are stored in the run record as dcgm/<node>.json (a DcgmRun), so the
    run can be judged again without the nodes.
 
-Each node's run becomes `dcgm` verdicts (kiln.judging.rules_dcgm: a failed test drains the node,
-a skipped required test leaves it not validated, Skip is never Pass) added to the report.
+Each node's run becomes `dcgm` verdicts (kiln.judging.rules_dcgm: a failed test drains the node;
+a skipped required test, a missing dcgmi, a host engine that does not answer or a diag that
+errored leaves it not validated, so the run lists it as not tested) added to the report.
 A run without GPU nodes (the sandbox) skips the phase and says so in its progress.
 """
 
@@ -144,7 +145,7 @@ def run_dcgm(
             present.append(by_name[res.name])
         elif "absent" in marks:
             runs[res.name] = DcgmRun(res.name, level, ABSENT, host=marks.get("host"))
-            progress(f"DCGM: {res.name} has no dcgmi; its diagnostics are skipped")
+            progress(f"DCGM: {res.name} has no dcgmi; it cannot be validated")
         else:
             said = res.stdout.strip()[:120]
             runs[res.name] = DcgmRun(
@@ -249,7 +250,7 @@ def describe(runs: Iterable[DcgmRun]) -> str:
     runs = list(runs)
     counts = {s: sum(r.status == s for r in runs) for s in (RAN, ABSENT, NO_ANSWER)}
     return (
-        f"DCGM: {counts[RAN]} node(s) ran dcgmi diag, {counts[ABSENT]} without DCGM, "
+        f"DCGM: {counts[RAN]} node(s) ran dcgmi diag, {counts[ABSENT]} without dcgmi, "
         f"{counts[NO_ANSWER]} gave no answer"
     )
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from kiln.parsers import ParseError
-from kiln.parsers.dcgmi import parse_diag
 from kiln.parsers.nvidia_smi import Gpu, NvidiaSmiLog, parse_xml
 from kiln.parsers.nvidia_smi_nvlink import NvlinkState, parse_nvlink_status
 from kiln.parsers.nvidia_smi_text import parse_text
@@ -233,17 +232,3 @@ def load_failure_cause(
         f"the nvidia {version} module is built for kernel {kernel} but nvidia-smi fails "
         f"({said}): reboot the node, or let kiln reboot it (nvidia_driver_reboot: true)"
     )
-
-
-def diag_failures(text: str) -> list[str]:
-    """Failed tests of `dcgmi diag` output as "name (scope): notes"; unreadable output fails."""
-    try:
-        report = parse_diag(text)
-    except ParseError as error:
-        return [f"unreadable dcgmi diag output ({error})"]
-    if not report.tests:
-        return ["dcgmi diag printed no test results: " + (text.strip()[:200] or "nothing")]
-    return [
-        f"{test.name} ({test.scope or 'all GPUs'}): {(test.message or test.result)[:300]}"
-        for test in report.failed
-    ]

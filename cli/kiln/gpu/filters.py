@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kiln.gpu.diag import upgrade_check
 from kiln.gpu.facts import (
     Expected,
     check,
-    diag_failures,
     fabric_pending,
     load_failure_cause,
     summary_from_packed,
@@ -119,7 +119,8 @@ FILTERS = {
     # burn-in's torch build for a kiln_gpu_model, by GPU architecture (compat.yml burnin_runtimes)
     "kiln_burnin_runtime": lambda model: burnin_runtime(str(model)).for_ansible(),
     "kiln_driver_load_failure": driver_load_failure,
-    "kiln_dcgmi_failures": diag_failures,
+    # the DCGM check after a driver upgrade: only a diag that ran and passed resumes the node
+    "kiln_dcgmi_upgrade_check": upgrade_check,
     "kiln_dpkg_installed": installed_packages,
     "kiln_driver_action": lambda installed, branch: driver_action(installed, int(branch)),
     "kiln_apt_candidates": lambda madison, branch, repository=None: candidates(

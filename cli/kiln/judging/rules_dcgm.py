@@ -19,8 +19,11 @@ print one). For each node, one verdict of check `dcgm`:
 - otherwise the node passes; optional tests it skipped (EUD, pulse test, memtest: add-ons and
   SKU-dependent plugins) and warnings are named in the message.
 
-A node without dcgmi (a CPU-only node, the sandbox) has no DCGM step: `DcgmRun(status="absent")`
-gives a passing verdict saying it was skipped.
+Not run is never passed: the phase runs only on GPU nodes, so a GPU node without dcgmi
+(`DcgmRun(status="absent")`), one whose nv-hostengine does not answer (dcgmi prints "Error:
+unable to establish a connection to the specified host"), one whose diag errored, and one whose
+dcgmi exited non-zero with no test failed is not validated, naming why. CPU-only nodes (the
+sandbox) have no DCGM step at all.
 """
 
 from __future__ import annotations
@@ -46,6 +49,11 @@ REQUIRED: dict[int, tuple[str, ...]] = {
 MESSAGE_MAX = 300
 RAN, ABSENT, NO_ANSWER = "ran", "absent", "no-answer"
 NOT_VALIDATED = "not validated"  # how the message of a node DCGM could not validate starts
+NOT_INSTALLED = "could not run: dcgmi is not installed on this GPU node (the nvidia_dcgm role)"
+# What dcgmi prints when no host engine answers (DCGM's dcgmi/Command.cpp, before any
+# subcommand runs; recorded in tests/fixtures/real/dcgmi-diag): the diag never started.
+NO_HOSTENGINE = ("unable to establish a connection to the specified host",
+                 "Unable to connect to host engine")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,23 +177,33 @@ def judge_report(node: str, level: int, report: DiagReport) -> list[Verdict]:
     return [node_verdict(node, CHECK, True, message=_clip(text))]
 
 
+def no_hostengine(text: str) -> str | None:
+    """dcgmi's line saying that no host engine answered, if `text` has one."""
+    for line in text.splitlines():
+        if any(marker.lower() in line.lower() for marker in NO_HOSTENGINE):
+            return line.strip()
+    return None
+
+
 def judge_dcgm(run: DcgmRun) -> list[Verdict]:
-    """The verdicts of one node's DCGM step."""
+    """The verdicts of one node's DCGM step (a GPU node's: only those have one)."""
     if run.status == ABSENT:
-        return [
-            node_verdict(
-                run.node,
-                CHECK,
-                True,
-                message="skipped: DCGM is not installed (no dcgmi on the node)",
-            )
-        ]
+        return [_not_validated(run.node, run.level, NOT_INSTALLED)]
     if run.status != RAN:
         return [_not_validated(run.node, run.level, f"did not run: {run.error or run.status}")]
+    refused = no_hostengine(run.output + "\n" + run.error)
+    if refused:
+        why = f"could not run: nv-hostengine does not answer (exit {run.exit_code}; {refused})"
+        return [_not_validated(run.node, run.level, why + ": start nvidia-dcgm")]
     try:
         report = parse_diag(run.output)
     except ParseError as error:
         said = run.error.strip() or run.output.strip()
         why = f"printed no readable result (exit {run.exit_code}; {error}"
         return [_not_validated(run.node, run.level, why + (f"; {said}" if said else "") + ")")]
-    return judge_report(run.node, run.level, report)
+    verdicts = judge_report(run.node, run.level, report)
+    if verdicts[0].passed and run.exit_code not in (0, None):
+        why = f"could not run: dcgmi exited {run.exit_code} with no test failed"
+        said = run.error.strip()
+        return [_not_validated(run.node, run.level, why + (f" ({said})" if said else ""))]
+    return verdicts
