@@ -160,3 +160,56 @@ def node(state: Path, name: str) -> dict:
 def packages(state: Path, host: str) -> dict:
     path = state / f"dpkg-{host}.json"
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+class Drains:
+    """The controller's drains as kiln.slurmctl.cas's two programs change them, for campaign
+    tests: node -> its reason (None: in service). `shell` answers Controller.shell: the window
+    lifts a node that holds the reason given and puts it back (a node holding any other reason
+    is kept), the compare-and-set applies a change only where the node holds what is expected.
+    `during_window(node)` -> a reason someone places while that node is lifted. Every program
+    is logged as (kind, [nodes], job ids)."""
+
+    def __init__(self, reasons: dict[str, str | None], during_window=None) -> None:
+        self.reasons = dict(reasons)
+        self.during_window = during_window or {}
+        self.programs: list[tuple[str, list[str], list[str]]] = []
+
+    @staticmethod
+    def _args(text: str, name: str) -> list[str]:
+        import shlex
+
+        if "setsid --wait " in text:  # the window: one command line between two others
+            text = text[text.index("setsid --wait ") : text.index("\nwait $!")]
+        tokens = shlex.split(text)
+        args = tokens[tokens.index(name) + 1 :]
+        return args[:-4] if args[-1:] == ["&"] else args  # the window's redirections
+
+    def shell(self, text: str, what: str, *, timeout: float | None = None) -> str:
+        from kiln.slurmctl.cas import MARK
+
+        lines = []
+        if "kiln-window" in text:
+            _wait, jobs, *pairs = self._args(text, "kiln-window")
+            nodes = pairs[0::2]
+            self.programs.append(("window", nodes, jobs.split(",")))
+            for node, reason in zip(nodes, pairs[1::2], strict=True):
+                if self.reasons.get(node) != reason:
+                    lines.append(f"{MARK} {node} kept drained|{self.reasons.get(node)}")
+                elif node in self.during_window:
+                    self.reasons[node] = self.during_window[node]
+                    lines.append(f"{MARK} {node} kept draining|{self.reasons[node]}")
+                else:
+                    lines.append(f"{MARK} {node} restored")
+            return "\n".join(lines) + "\n"
+        args = self._args(text, "kiln-cas")
+        triples = list(zip(args[0::3], args[1::3], args[2::3], strict=True))
+        self.programs.append(("cas", [t[0] for t in triples], []))
+        for node, expected, target in triples:
+            now = self.reasons.get(node)
+            if (expected == "-" and now is None) or (now is not None and expected == "=" + now):
+                self.reasons[node] = None if target == "-" else target[1:]
+                lines.append(f"{MARK} {node} applied")
+            else:
+                lines.append(f"{MARK} {node} kept drained|{now}")
+        return "\n".join(lines) + "\n"

@@ -12,13 +12,15 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import signal
 import sys
+import threading
 
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from kiln import __version__
-from kiln.errors import ExitCode, KilnError
+from kiln.errors import ExitCode, KilnError, Terminated
 
 # name: (module in kiln.commands, attribute: a command function or a typer.Typer, summary).
 # The summary is what `kiln --help` lists: one full sentence, without importing the module.
@@ -235,6 +237,9 @@ def _exit_code(error: BaseException) -> int:
         if error.hint:
             err.print(f"  hint: {safe(error.hint)}")
         return int(error.exit_code)
+    if isinstance(error, Terminated):
+        err.print("terminated (SIGTERM)")
+        return int(ExitCode.TERMINATED)
     if isinstance(error, KeyboardInterrupt) or is_click(error, "Abort"):
         err.print("interrupted")
         return int(ExitCode.INTERRUPTED)
@@ -253,8 +258,18 @@ def _exit_code(error: BaseException) -> int:
     raise error
 
 
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM becomes Terminated in the main thread: the command's clean-up runs (burn-in
+    cancels its jobs and deletes its reservation), then kiln exits 143. A second SIGTERM while
+    that runs is ignored, so it is not cut short."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; the one place where errors become exit codes."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         result = cli()(args=argv, prog_name="kiln", standalone_mode=False)
     except (Exception, KeyboardInterrupt) as error:

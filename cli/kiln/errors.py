@@ -14,7 +14,8 @@ class ExitCode(IntEnum):
     INVALID_INPUT = 2  # invalid input or usage; nothing was touched
     ENVIRONMENT = 3  # environment or precondition: lock held, Docker or Ansible missing
     CHANGES_PENDING = 4  # `kiln plan --detailed-exitcode` only
-    INTERRUPTED = 130
+    INTERRUPTED = 130  # SIGINT (Ctrl-C)
+    TERMINATED = 143  # SIGTERM (a pipeline cancelled, a service stopped)
 
 
 class KilnError(Exception):
@@ -38,3 +39,7 @@ class EnvironmentProblem(KilnError):
 
 class OperationFailed(KilnError):
     exit_code = ExitCode.FAILED
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, so every clean-up written for Ctrl-C runs too."""

@@ -16,14 +16,17 @@ from kiln.inventory import require_valid
 from kiln.judging.model import BurninReport
 from kiln.slurmctl import commands
 from kiln.slurmctl.remote import Step
+from slurm_doubles import Drains
 
 SANDBOX = Path(__file__).resolve().parents[2] / "inventories" / "sandbox"
 
 
-class FakeController:
-    """kiln.slurmctl's Controller, answered: each command recorded as its shell line."""
+class FakeController(Drains):
+    """kiln.slurmctl's Controller, answered: each command recorded as its shell line; the
+    window and compare-and-set programs change the drains (slurm_doubles.Drains)."""
 
-    def __init__(self, fail_on: str) -> None:
+    def __init__(self, fail_on: str, reasons: dict) -> None:
+        super().__init__(reasons)
         self.commands: list[str] = []
         self.fail_on = fail_on
 
@@ -37,6 +40,12 @@ class FakeController:
             answers.append(Step(tuple(argv), 0, ""))
         return answers
 
+    def shell(self, text: str, what: str, *, timeout: float | None = None) -> str:
+        answer = super().shell(text, what, timeout=timeout)  # the program runs on regardless
+        if self.fail_on == "window":
+            raise KeyboardInterrupt
+        return answer
+
     def submit_many(self, scripts, what: str) -> tuple[list[str | None], str]:
         self.commands += [commands.sbatch(script).splitlines()[0] for script in scripts]
         if self.fail_on == "sbatch":
@@ -44,36 +53,42 @@ class FakeController:
         return ["17"] * len(scripts), ""
 
 
-@pytest.mark.parametrize("fail_on", ["sbatch", "squeue"])
-def test_interrupt_restores_drains_and_deletes_the_reservation(tmp_path, fail_on):
+@pytest.mark.parametrize("fail_on", ["sbatch", "window", "squeue"])
+def test_an_interrupt_cancels_deletes_the_reservation_and_never_leaves_a_drain_lifted(
+    tmp_path, fail_on
+):
+    """Ctrl-C (or SIGTERM: kiln.errors.Terminated is a KeyboardInterrupt) at the submission,
+    inside the window or while polling: the jobs are cancelled and the reservation deleted,
+    and the quarantined node holds its drain throughout: kiln never resumes it by itself, only
+    the window program lifts it, and that program puts it back on the controller."""
     cluster = require_valid(SANDBOX)
     nodes = [n.name for n in cluster.compute]
     outcome = C.BurninOutcome(
         "RUN", tmp_path, resolve_suite(cluster.burnin), nodes, BurninReport(cluster.name)
     )
-    ctl = FakeController(fail_on)
-    drained = {nodes[0]: "kiln: quarantined until burn-in passes"}
+    quarantine = "kiln: quarantined until burn-in passes"
+    ctl = FakeController(fail_on, {nodes[0]: quarantine})
+    drained = {nodes[0]: quarantine}
     campaign = C._Campaign(cluster, C.BurninOptions(), ctl, outcome, lambda _: None, drained)
     with pytest.raises(KeyboardInterrupt):
         campaign.run()
     res = "kiln-burnin-run"
     assert ctl.commands[0].startswith(f"scontrol create reservation reservationname={res} ")
     assert ctl.commands[1].startswith("squeue --noheader --all '--nodelist=")  # busy nodes?
-    assert ctl.commands[2] == f"scontrol update nodename={nodes[0]} state=resume"
-    tail = ctl.commands[-2:]
-    assert tail == [
-        f"scontrol update nodename={nodes[0]} state=drain "
-        "'reason=kiln: quarantined until burn-in passes'",
-        f"scontrol delete reservationname={res}",
-    ]
-    if fail_on == "squeue":  # submitted jobs are cancelled first
+    assert not any("state=resume" in c or "state=drain" in c for c in ctl.commands)
+    assert ctl.reasons == {nodes[0]: quarantine}
+    windows = [p for p in ctl.programs if p[0] == "window"]
+    assert windows == ([] if fail_on == "sbatch" else [("window", [nodes[0]], ["17"] * 2)])
+    assert ctl.commands[-1] == f"scontrol delete reservationname={res}"
+    if fail_on != "sbatch":  # submitted jobs are cancelled first
         assert any(c.startswith("scancel 17") for c in ctl.commands)
 
 
-class RecordingController:
+class RecordingController(Drains):
     """Slurm on the controller, answered: job ids for sbatch, an empty queue for squeue."""
 
-    def __init__(self) -> None:
+    def __init__(self, reasons: dict | None = None) -> None:
+        super().__init__(reasons or {})
         self.commands: list[str] = []
 
     def run(self, steps, *, check: bool = True) -> list[Step]:
@@ -150,13 +165,7 @@ def test_infiniband_nodes_are_read_before_and_after_and_their_rails_run_in_round
         "gpu002": "kiln:burnin:RUN: ib rail1 mlx5_1 port 1 errors rose: link_downed +2",
         "gpu003": "kiln:burnin:RUN: ib rail1 mlx5_1 98.0 Gb/s < floor 180 (slow with 3/3 peers)",
     }
-    drains = [c for c in ctl.commands if "state=drain" in c]
-    assert drains == [
-        "scontrol update nodename=gpu002 state=drain "
-        "'reason=kiln:burnin:RUN: ib rail1 mlx5_1 port 1 errors rose: link_downed +2'",
-        "scontrol update nodename=gpu003 state=drain "
-        "'reason=kiln:burnin:RUN: ib rail1 mlx5_1 98.0 Gb/s < floor 180 (slow with 3/3 peers)'",
-    ]
+    assert ctl.reasons == outcome.drained  # placed by the compare-and-set: in service before
     assert ctl.commands[-1] == "scontrol delete reservationname=kiln-burnin-run"
     # not run is never passed: a GPU node without dcgmi is not validated, so the run did not
     # test it (incomplete, exit 1); the drains above stand
@@ -182,14 +191,14 @@ QUARANTINED = "kiln:quarantine:20261130T101500Z-3f9a1c: new node, quarantined un
         ("kiln: disk swap (by alice)", False),
         ("kiln:maintenance:20261130T121500Z-0b0b0b: driver upgrade 550 -> 570", False),
         ("kiln: driver upgrade 550.90.07 -> 570.124.06", False),
-        ("kiln:health:20261130T131500Z-c0ffee: xid 79", False),
+        ("kiln:health:20261130T131500Z-c0ffee: xid 79", True),  # a passing burn-in clears it
         ("bad DIMM; kiln: said so", False),
     ],
 )
-def test_burnin_lifts_only_quarantine_and_burnin_drains(reason, tested):
-    """Burn-in resumes (inside its reservation) and keeps in service only nodes whose drain is
-    a quarantine or a failed burn-in: never an operator's, a health check's, a maintenance's or
-    anyone else's."""
+def test_burnin_tests_only_the_drains_the_policy_lets_it_lift(reason, tested):
+    """Burn-in tests under its drain, and resumes on a pass, only a node whose drain the drain
+    policy lets burn-in lift (kiln.parsers.drain_reason.POLICY): a quarantine, a failed burn-in
+    or a failed health check; never an operator's, a maintenance's or anyone else's."""
     from kiln.burnin.nodes import classify
     from kiln.slurmctl.state import NodeState
 
@@ -230,7 +239,7 @@ def test_the_command_composes_install_run_judge_and_report(tmp_path, monkeypatch
     def over_ssh(group, command):  # every node answers the fetch with no results
         return [NodeResult(n.name, n.address, Status.OK, 0, "{}") for n in group]
 
-    ctl = Slurm()
+    ctl = Slurm({nodes[0]: QUARANTINED, nodes[1]: "bad DIMM; kiln: said so"})
     monkeypatch.setenv("KILN_HOME", str(tmp_path / "state"))
     monkeypatch.setattr(command, "install_runtime", install)
     monkeypatch.setattr(C, "Controller", controller)
@@ -242,7 +251,10 @@ def test_the_command_composes_install_run_judge_and_report(tmp_path, monkeypatch
     assert steps == [f"install {','.join(nodes)}", "root=True", f"show {','.join(nodes)}"]
     assert outcome.nodes == [nodes[0], *nodes[2:]]
     assert outcome.skipped == {nodes[1]: "drained by someone else (bad DIMM; kiln: said so)"}
-    assert f"scontrol update nodename={nodes[0]} state=resume" in ctl.commands
+    windows = [p for p in ctl.programs if p[0] == "window"]
+    assert windows and all(p[1] == [nodes[0]] for p in windows)  # its jobs started under it
+    assert not any("state=resume" in c for c in ctl.commands)
+    assert ctl.reasons[nodes[0]].startswith("kiln:burnin:")  # it failed: a burn-in drain now
     assert list(outcome.timings)[:2] == ["runtime", "total"]
     assert not outcome.report.passed  # no results came back: every tested node fails
     for name in ("report.json", "report.xml", "report.html"):
@@ -265,12 +277,14 @@ def gemm_doc(host: str | None) -> str:
     return json.dumps(doc)
 
 
-class Slurm:
+class Slurm(Drains):
     """Slurm on the controller, answered: the jobs holding each node outside the reservation
     (`squeue --nodelist ... --states ...`, one answer per query, the last one repeated), job
-    ids for sbatch, and the queue of kiln's jobs (`squeue --jobs`: `pending` ids stay PENDING)."""
+    ids for sbatch, the queue of kiln's jobs (`squeue --jobs`: `pending` ids stay PENDING),
+    and the drains (slurm_doubles.Drains: `reasons`)."""
 
-    def __init__(self, holding=("",), pending=()) -> None:
+    def __init__(self, holding=("",), pending=(), reasons=None) -> None:
+        super().__init__(reasons or {})
         self.commands: list[str] = []
         self.holding = list(holding)
         self.pending = set(pending)
@@ -419,11 +433,14 @@ def test_a_busy_node_is_not_tested_not_drained_and_the_run_is_incomplete(tmp_pat
 
 def test_a_kiln_drained_busy_node_keeps_its_drain(tmp_path, monkeypatch):
     """A node kiln had quarantined that is busy is neither resumed nor tested: its drain stays."""
-    ctl = Slurm(holding=["4711|COMPLETING|bob|(null)|kiln-node[01-02]\n"])
+    quarantine = "kiln: quarantined until burn-in passes"
+    ctl = Slurm(holding=["4711|COMPLETING|bob|(null)|kiln-node[01-02]\n"],
+                reasons={NODE2: quarantine})  # fmt: skip
     results_from(monkeypatch, {})
-    outcome, _ = campaign_on(tmp_path, ctl, {NODE2: "kiln: quarantined until burn-in passes"})
+    outcome, _ = campaign_on(tmp_path, ctl, {NODE2: quarantine})
     assert sorted(outcome.not_tested) == [NODE1, NODE2]
     assert not any("state=resume" in c or "state=drain" in c for c in ctl.commands)
+    assert ctl.programs == [] and ctl.reasons == {NODE2: quarantine}
     assert ctl.scripts == {} and outcome.resumed == []
     assert ctl.commands[-1] == "scontrol delete reservationname=kiln-burnin-run"
 
@@ -434,21 +451,20 @@ def test_a_job_that_never_starts_before_the_deadline_leaves_its_node_not_tested(
     """Busy in a way squeue did not show at the start: kiln-node02's pinned job is still
     pending at the deadline; it is cancelled and the node is "not tested (busy)", not drained
     (a resumed kiln-drained node gets its drain back)."""
-    ctl = Slurm()
+    quarantine = "kiln: quarantined until burn-in passes"
+    ctl = Slurm(reasons={NODE2: quarantine})
     ctl.pending = {"101"}  # the second job: kiln-node02's
     results_from(monkeypatch, {NODE1: {f"gemm/{NODE1}.json": gemm_doc(NODE1)}})
     monkeypatch.setattr(C, "time", Clock(step=600))
-    quarantine = "kiln: quarantined until burn-in passes"
     outcome, _ = campaign_on(tmp_path, ctl, {NODE2: quarantine})
     assert ctl.node_jobs()[NODE2] == ctl.scripts["101"]
     assert outcome.not_tested == {
         NODE2: "not tested (busy): its job 101 never started before the deadline (Resources)"
     }
     assert any(c.startswith("scancel") and "101" in c for c in ctl.commands)
-    assert outcome.drained == {}
-    drains = [c for c in ctl.commands if "state=drain" in c]
-    assert drains == [f"scontrol update nodename={NODE2} state=drain 'reason={quarantine}'"]
-    assert outcome.resumed == []
+    assert outcome.drained == {} and outcome.resumed == []
+    assert ("window", [NODE2], ["100", "101"]) in ctl.programs  # lifted only while starting
+    assert ctl.reasons == {NODE2: quarantine}  # never tested: its quarantine stands
 
 
 def test_wait_polls_the_busy_nodes_naming_their_jobs_then_tests_them(tmp_path, monkeypatch):
@@ -536,3 +552,41 @@ def test_judging_rejects_results_from_another_host_and_never_drains_an_untested_
     assert actions == {"gpu008": "none", "gpu001": "investigate", "gpu003": "investigate"}
     again = BurninReport.from_dict(report.to_dict())
     assert again.not_tested == report.not_tested and again.to_dict()["summary"]["not_tested"] == 3
+
+
+def test_a_drain_placed_during_the_run_survives_it(tmp_path, monkeypatch):
+    """An operator drains kiln-node02 (quarantined, under test) and the health check drains
+    kiln-node01 (in service, under test) while the jobs run: both fail burn-in (no results
+    came back), yet neither reason is overwritten, and both are reported as kept."""
+    quarantine = "kiln:quarantine:P1: new node, quarantined until burn-in passes"
+    operator, health = "kiln:operator:alice: reseat cable", "kiln:health:H1: xid 79"
+    ctl = Slurm(reasons={NODE2: quarantine})
+
+    def meanwhile(group, command):  # the fetch of results, after the jobs ran
+        ctl.reasons.update({NODE2: operator, NODE1: health})
+        return [NodeResult(n.name, n.address, Status.OK, 0, "{}") for n in group]
+
+    from kiln.fleet import NodeResult, Status
+
+    monkeypatch.setattr(collect, "run_as_root", meanwhile)
+    outcome, lines = campaign_on(tmp_path, ctl, {NODE2: quarantine})
+    assert not outcome.report.passed and outcome.drained == {} and outcome.resumed == []
+    assert ctl.reasons == {NODE1: health, NODE2: operator}
+    assert outcome.kept == {NODE1: f"drained|{health}", NODE2: f"drained|{operator}"}
+    assert any("changed by someone else during the run" in line for line in lines)
+
+
+def test_a_drain_placed_while_a_node_is_lifted_stays_and_the_node_is_not_retested(
+    tmp_path, monkeypatch
+):
+    """The window lifts kiln-node02's quarantine; an operator drains it before its job starts:
+    the program keeps the operator's reason, and kiln leaves the node alone from then on."""
+    quarantine = "kiln:quarantine:P1: new node, quarantined until burn-in passes"
+    operator = "kiln:operator:bob: bad PSU"
+    ctl = Slurm(reasons={NODE2: quarantine})
+    ctl.during_window = {NODE2: operator}
+    results_from(monkeypatch, {})
+    outcome, _ = campaign_on(tmp_path, ctl, {NODE2: quarantine})
+    windows = [p for p in ctl.programs if p[0] == "window"]
+    assert windows[0][1] == [NODE2] and all(NODE2 not in p[1] for p in windows[1:])
+    assert ctl.reasons[NODE2] == operator and NODE2 in outcome.kept

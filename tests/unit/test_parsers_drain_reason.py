@@ -261,3 +261,32 @@ def test_the_quarantine_drain_is_of_kind_quarantine():
         for why in ("new node", "hardware changed"):
             rendered = render(line, __slurm_node_why=why, kiln_run_id=RUN)
             assert parse_reason(rendered.removeprefix("reason=")).kind == "quarantine", rendered
+
+
+@pytest.mark.parametrize(
+    ("reason", "lifters"),
+    [
+        ("kiln:quarantine:P1: new node, quarantined until burn-in passes", {"burnin"}),
+        ("kiln:burnin:B1: gemm gpu3 612 TFLOPS < floor 700", {"burnin"}),
+        ("kiln:health:H1: xid 79", {"burnin", "health"}),
+        ("kiln:maintenance:M1: driver upgrade 550 -> 570", {"maintenance"}),
+        ("kiln:operator:alice: disk swap", {"operator"}),
+        ("kiln: disk swap (by alice)", {"operator"}),  # older kiln
+        ("bad DIMM", set()),  # anyone else's: theirs to lift
+        (None, set()),
+    ],
+)
+def test_the_one_drain_policy_says_who_may_lift_each_drain(reason, lifters):
+    from kiln.parsers.drain_reason import FILTERS, LIFTERS, may_lift
+
+    assert {by for by in LIFTERS if may_lift(reason, by)} == lifters
+    assert {by for by in LIFTERS if FILTERS["kiln_drain_may_lift"](reason, by)} == lifters
+
+
+def test_the_drain_policy_covers_every_kind_and_refuses_an_unknown_lifter():
+    from kiln.parsers.drain_reason import KINDS, POLICY, kinds_lifted_by, may_lift
+
+    assert set(POLICY) == set(KINDS)
+    assert kinds_lifted_by("burnin") == ("quarantine", "burnin", "health")
+    with pytest.raises(ValueError, match="unknown lifter"):
+        may_lift("kiln:operator:a: b", "anyone")

@@ -265,11 +265,12 @@ def test_kiln_drain_takes_over_no_drain_of_another_operation(cluster, kind):
 @pytest.mark.parametrize(
     ("kind", "says"),
     [
-        ("quarantine", "`kiln burnin` resumes it then"),
-        ("burnin", "`kiln burnin` resumes it when it passes"),
-        ("burnin (older kiln)", "`kiln burnin` resumes it when it passes"),
-        ("maintenance", "drained by a maintenance run"),
-        ("health", "failed a health check"),
+        # who placed it and who lifts it, in the drain policy's words (drain_reason.POLICY)
+        ("quarantine", "lifted when the node passes a burn-in: `kiln burnin` resumes it then"),
+        ("burnin", "the node failed a check; lifted when the node passes a later burn-in"),
+        ("burnin (older kiln)", "lifted when the node passes a later burn-in"),
+        ("maintenance", "a rolling change (slurm_maintenance"),
+        ("health", "the health check (Slurm's HealthCheckProgram"),
     ],
 )
 def test_resume_refuses_drains_other_operations_placed(cluster, kind, says):

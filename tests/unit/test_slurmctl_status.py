@@ -91,16 +91,26 @@ def test_cluster_status_reads_sinfo_on_the_controller(tmp_path, cluster):
         "cricket|idle|gpu:quadro:1(S:0),vmem:2G|Unknown|Unknown|none\n"
     )
     seen = []
+    reservation = FIXTURES / "scontrol_show_reservation_oneliner_kiln_sandbox_slurm2205.txt"
+    jobs = "17|kiln-burnin-20261201t174500z-0a1b2c\n18|(null)\n"
 
     def runner(nodes, command, *, fanout, timeout):
         seen.append((nodes[0].name, command))
-        out = f"@@kiln-step 0\n{sinfo}@@kiln-step-rc 0\n"
+        out = "".join(
+            f"@@kiln-step {k}\n{text}@@kiln-step-rc 0\n"
+            for k, text in enumerate([sinfo, reservation.read_text(), jobs])
+        )
         return ExecResult(command, [NodeResult("ctl", "10.0.0.1", Status.OK, 0, out)], 0.1, 1, 60)
 
     save(tmp_path / "state", "r1", {"cricket": "none"}, {})
     status = cluster_status(cluster, runner=runner, state=tmp_path / "state")
-    assert seen == [("ctl", "echo '@@kiln-step 0'; sinfo --noheader --format "
-                     "'%N|%T|%G|%u|%H|%E'; echo \"@@kiln-step-rc $?\"")]  # fmt: skip
+    assert len(seen) == 1 and seen[0][1].startswith("echo '@@kiln-step 0'; sinfo --noheader "
+                                                    "--format '%N|%T|%G|%u|%H|%E';")  # fmt: skip
+    # a burn-in killed mid-run left its reservation and one job: one SSH exec reads it too
+    assert status.to_dict()["unfinished_burnins"] == [{
+        "reservation": "kiln-burnin-20261201t174500z-0a1b2c", "nodes": "kiln-node[01-02]",
+        "end": "2026-12-01T18:13:05", "jobs": ["17"],
+    }]  # fmt: skip
     rows = {row.name: row for row in status.rows}
     assert (
         rows["cricket"].burnin.verdict == "passed" and rows["cortex-01"].burnin.verdict == "unknown"

@@ -10,24 +10,29 @@ nodes first and renders the report after; the campaign in between:
    `users=root`): no production job starts on them while it exists, and jobs already running
    are never touched. A node such a job holds is busy: it is "not tested (busy)", let out of
    the reservation and never drained (the run is incomplete); with `wait_minutes` kiln first
-   polls until the busy nodes are free, then tests them. Nodes that kiln drained earlier
-   (their reason is kiln's: quarantine or a failed burn-in) are resumed INSIDE the reservation,
-   so they run burn-in but still take no production work. Nodes drained or down for any other
-   reason are left alone and skipped (kiln.burnin.nodes).
-2. The jobs (kiln.burnin.jobs, submitted through kiln.slurmctl): one job per node pinned to it
-   (a per-node job still pending at the deadline leaves its node "not tested (busy)"), the
-   fabric all-reduce, on nodes that declare HCAs ib_write_bw per rail between node pairs
-   (kiln.burnin.ib: their HCAs read over SSH before and after, for the names, the port states
-   and the error counters), and, when the fabric misses its floor, the pairwise pass; polled
-   with squeue, cancelled at their deadline (kiln.burnin.submit).
+   polls until the busy nodes are free, then tests them. Nodes drained with a reason the drain
+   policy lets burn-in lift (quarantine, a failed burn-in, a failed health check) are tested
+   UNDER their drain: each phase's jobs are queued, then a window on the controller lifts the
+   drains until the jobs have started and puts each reason back (kiln.slurmctl.cas: detached,
+   so a killed kiln cannot leave a node lifted). A job keeps running on a drained node; nothing
+   else starts there. Nodes drained or down for any other reason are skipped (kiln.burnin.nodes).
+   A reservation an earlier, killed run left is undone first (kiln.slurmctl.leftovers).
+2. The jobs (kiln.burnin.jobs, submitted through kiln.slurmctl), in phases that each start at
+   once: one job per node pinned to it (a per-node job still pending at the deadline leaves its
+   node "not tested (busy)"); the fabric all-reduce; on nodes that declare HCAs, ib_write_bw per
+   rail between node pairs, a round at a time (kiln.burnin.ib: their HCAs read over SSH before
+   and after, for the names, the port states and the error counters); and, when the fabric
+   misses its floor, the pairwise pass, a round of disjoint pairs at a time; polled with squeue,
+   cancelled at their deadline (kiln.burnin.submit).
 3. Results fetched over SSH from every node into the run record (kiln.burnin.collect), judged
    (kiln.judging through judge_run), report.json saved.
-4. Node states: failing nodes drained with kind burnin and this run's id
-   ("kiln:burnin:RUN: gemm ..."); passing nodes that were quarantined or had failed a burn-in
-   stay resumed (one that was not tested gets its drain back); `drain=False` puts
-   every node back as it was. Then the reservation goes. On an error or Ctrl-C the jobs are
-   cancelled, the drains kiln lifted are restored and the reservation is deleted before the
-   exception propagates.
+4. Node states, each a compare-and-set (the node read again; a reason someone else placed
+   during the run is kept, named in `kept`): failing nodes drained with kind burnin and this
+   run's id ("kiln:burnin:RUN: gemm ..."); passing nodes under a drain burn-in may lift are
+   resumed; a node not tested keeps its drain; `drain=False` changes nothing. Then the
+   reservation goes. On an error, Ctrl-C or SIGTERM the jobs are cancelled and the reservation
+   deleted before the exception propagates: nothing else needs restoring, since no drain was
+   ever left lifted.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from kiln.burnin.collect import collect, read_hcas
 from kiln.burnin.dcgm import dcgm_phase
 from kiln.burnin.judge import judge_run
 from kiln.burnin.nodes import busy, busy_message, classify, select_compute, wait_for
+from kiln.burnin.states import lift_while_starting, settle
 from kiln.burnin.submit import JobQueue
 from kiln.burnin.suites import Suite, resolve_suite
 from kiln.errors import EnvironmentProblem, InvalidInputError, OperationFailed
@@ -58,19 +64,13 @@ from kiln.judging.pairs import pair_schedule
 from kiln.judging.results import ResultError, allreduce_from_doc
 from kiln.judging.thresholds import FABRIC_BYTES, fabric_floor
 from kiln.parsers import ParseError
-from kiln.parsers.drain_reason import format_reason, parse_reason
 from kiln.records.burnin import RunLayout, manifest_entry, save_report, write_manifest
 from kiln.records.runs import RunRecord, state_dir
 from kiln.slurmctl import commands
+from kiln.slurmctl import leftovers as L
 from kiln.slurmctl.remote import Controller
 
 Progress = Callable[[str], None]
-
-
-def burnin_reason(run_id: str, reported: str) -> str:
-    """The drain a failing node gets: kind burnin, this run's id, the report's why."""
-    parsed = parse_reason(reported)
-    return format_reason("burnin", run_id, parsed.why if parsed else reported)
 
 
 @dataclass
@@ -104,6 +104,8 @@ class BurninOutcome:
     not_tested: dict[str, str] = field(default_factory=dict)  # busy, or ran elsewhere -> why
     drained: dict[str, str] = field(default_factory=dict)  # node -> reason kiln set
     resumed: list[str] = field(default_factory=list)  # kiln-drained nodes now in service
+    kept: dict[str, str] = field(default_factory=dict)  # changed by someone else meanwhile: now
+    cleared: list[str] = field(default_factory=list)  # leftovers of killed runs, undone
     jobs: dict[str, str] = field(default_factory=dict)  # kiln job name -> Slurm job id
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -117,6 +119,8 @@ class BurninOutcome:
             "not_tested": self.not_tested,
             "drained": self.drained,
             "resumed": self.resumed,
+            "kept": self.kept,
+            "cleared": self.cleared,
             "jobs": self.jobs,
             "timings": {k: round(v, 1) for k, v in self.timings.items()},
             "passed": self.report.passed,
@@ -143,6 +147,10 @@ def run_burnin(
 ) -> BurninOutcome:
     """Run the target's nodes that Slurm lets run; the outcome holds the judged report."""
     controller = Controller(cluster, root=True)
+    cleared = L.leftover_runs(controller)
+    for leftover in cleared:
+        progress(f"an earlier burn-in did not finish: undoing its {leftover.describe()}")
+    L.undo(controller, cleared)
     try:
         states = controller.show(target.nodes)
     except ParseError as exc:
@@ -155,7 +163,7 @@ def run_burnin(
     record = RunRecord.create(state_dir())
     outcome = BurninOutcome(
         record.run_id, record.path, target.suite, usable, BurninReport(cluster.name),
-        skipped=skipped,
+        skipped=skipped, cleared=[leftover.describe() for leftover in cleared],
     )  # fmt: skip
     _Campaign(cluster, options, controller, outcome, progress, kiln_drained).run()
     return outcome
@@ -168,8 +176,7 @@ class _Campaign:
         self.ctl: Controller = controller
         self.out: BurninOutcome = outcome
         self.progress: Progress = progress
-        self.kiln_drained: dict[str, str] = kiln_drained
-        self.resumed: list[str] = []
+        self.kiln_drained: dict[str, str] = kiln_drained  # node -> the drain it is tested under
         self.queue = JobQueue(controller, progress, poll_seconds=options.poll_seconds, clock=time)
         self.queue.jobs = outcome.jobs
         self.layout = RunLayout(outcome.run_dir)
@@ -185,13 +192,8 @@ class _Campaign:
         minutes = suite.time_limit_minutes * 4 + 10 + math.ceil(self.options.wait_minutes or 0)
         self.ctl.run([commands.create_reservation(self.reservation, out.nodes, minutes)])
         self.progress(f"reservation {self.reservation} on {len(out.nodes)} node(s)")
-        finished = False
         try:
             self._set_aside_busy()
-            for name in self.kiln_drained:
-                if name in self.nodes:
-                    self.ctl.run([commands.resume([name])])
-                    self.resumed.append(name)
             if self.nodes:
                 self._jobs()
             else:
@@ -203,9 +205,8 @@ class _Campaign:
             out.not_tested = dict(out.report.not_tested)
             save_report(out.run_dir, out.report)
             self._apply_states()
-            finished = True
         finally:
-            self._cleanup(finished)
+            self._cleanup()
 
     def _set_aside_busy(self) -> None:
         """Nodes that jobs outside the reservation hold: waited for (wait_minutes), else (or
@@ -234,40 +235,42 @@ class _Campaign:
         self.ib_nodes = [n for n in self.ib_nodes if n in self.nodes]
 
     def _jobs(self) -> None:
-        """Submit the per-node, fabric and InfiniBand jobs, then the pairs if needed; collect."""
+        """The per-node jobs, the fabric all-reduce and the InfiniBand rounds, then the pairs if
+        needed, each phase's jobs started together; results collected after each."""
         out, suite = self.out, self.out.suite
         groups: dict[int, list[str]] = {}
         for name, node in self.nodes.items():
             groups.setdefault(node.gpu_count if node.has_gpus else 0, []).append(name)
-        specs = []
+        per_node, fabric = [], []
         for gpus, members in sorted(groups.items()):
-            specs += [
+            per_node += [
                 J.node_job(out.run_id, self.reservation, suite, node, gpus=gpus,
                            paths=self.options.paths)
                 for node in members
             ]  # fmt: skip
             if len(members) >= 2:
                 name = "fabric-ring" if len(groups) == 1 else f"fabric-ring-g{gpus}"
-                specs.append(self._allreduce(name, members, gpus))
-        ib_rounds = self._ib_plan()
-        for k, pairs in enumerate(ib_rounds):
-            specs.append(
-                J.ib_round_job(
-                    out.run_id, self.reservation, suite, k, pairs, paths=self.options.paths
-                )
-            )
+                fabric.append(self._allreduce(name, members, gpus))
+        ib_rounds = [
+            J.ib_round_job(out.run_id, self.reservation, suite, k, pairs, paths=self.options.paths)
+            for k, pairs in enumerate(self._ib_plan())
+        ]
+        specs = per_node + fabric + ib_rounds
         self._manifest(specs)
         t0 = time.monotonic()
-        phases = "node GEMM, fabric all-reduce" + (", InfiniBand rails" if ib_rounds else "")
-        self._not_started(self._wait(specs, phases), specs)
+        self._not_started(self._wait(per_node, "node GEMM"), per_node)
+        self._wait(fabric, "fabric all-reduce")
+        for spec in ib_rounds:
+            self._wait([spec], f"InfiniBand rails ({spec.name})", spec.queued_minutes)
         self._collect()
         out.timings["jobs"] = time.monotonic() - t0
-        pairs = self._pair_specs(groups)
-        if pairs:
-            specs += pairs
+        rounds = self._pair_rounds(groups)
+        if rounds:
+            specs += [spec for round_ in rounds for spec in round_]
             self._manifest(specs)
             t0 = time.monotonic()
-            self._wait(pairs, f"pairwise pass: {len(pairs)} node pair(s)")
+            for k, round_ in enumerate(rounds):
+                self._wait(round_, f"pairwise pass, round {k + 1}/{len(rounds)}")
             self._collect()
             out.timings["pairs"] = time.monotonic() - t0
         self._manifest(specs)  # with the nodes whose job never started
@@ -330,12 +333,23 @@ class _Campaign:
         nodes = list(self.nodes.values())
         collect(nodes, self.options.paths, self.out.run_id, self.layout, self.progress)
 
-    def _wait(self, specs: list[J.JobSpec], what: str) -> dict[str, str]:
-        return self.queue.run(specs, what, limit_minutes=self.out.suite.time_limit_minutes)
+    def _wait(self, specs: list[J.JobSpec], what: str, minutes: int = 0) -> dict[str, str]:
+        """Run one phase: queue its jobs, open the window for the drained nodes among them,
+        poll until they end; the jobs that never started (see JobQueue.run)."""
+        if not specs:
+            return {}
+        names = {n for spec in specs for n in spec.nodes}
+        limit = max(minutes, self.out.suite.time_limit_minutes)
 
-    def _pair_specs(self, groups: dict[int, list[str]]) -> list[J.JobSpec]:
-        """Pair jobs for every fabric all-reduce that missed its floor (3 nodes or more)."""
-        specs = []
+        def window(ids: list[str]) -> None:
+            self._window(names, ids)
+
+        return self.queue.run(specs, what, limit_minutes=limit, submitted=window)
+
+    def _pair_rounds(self, groups: dict[int, list[str]]) -> list[list[J.JobSpec]]:
+        """Rounds of disjoint pair jobs for every fabric all-reduce that missed its floor (3
+        nodes or more)."""
+        rounds: list[list[J.JobSpec]] = []
         for gpus, members in sorted(groups.items()):
             members = [m for m in members if m not in self.out.not_tested]
             if len(members) < 3:
@@ -344,9 +358,10 @@ class _Campaign:
             if not self._fabric_slow(name, members):
                 continue
             for k, round_ in enumerate(pair_schedule(members)):
-                for a, b in round_:
-                    specs.append(self._allreduce(J.pair_name(k, a, b), [a, b], gpus))
-        return specs
+                specs = [self._allreduce(J.pair_name(k, a, b), [a, b], gpus) for a, b in round_]
+                if specs:
+                    rounds.append(specs)
+        return rounds
 
     def _fabric_slow(self, name: str, members: list[str]) -> bool:
         """Whether the pairwise pass runs: the ring missed its rails' floor (or was wrong), or
@@ -366,30 +381,13 @@ class _Campaign:
             self.progress(f"{name}: {busbw:g} GB/s, {why}")
         return slow
 
+    def _window(self, names: set[str], ids: list[str]) -> None:
+        lift_while_starting(self.ctl, self.kiln_drained, names, ids, self.out, self.progress)
+
     def _apply_states(self) -> None:
-        drains = self.out.report.drain()
-        if not self.options.drain:
-            self._restore()
-            return
-        for node in self.out.nodes:
-            if node in drains:
-                reason = burnin_reason(self.out.run_id, drains[node])
-                self.ctl.run([commands.drain([node], reason)])
-                self.out.drained[node] = reason
-        untested = [n for n in self.resumed if n in self.out.not_tested and n not in drains]
-        for node in untested:  # resumed for the run, never tested: its drain stands
-            self.ctl.run([commands.drain([node], self.kiln_drained[node])])
-        self.out.resumed = [n for n in self.resumed if n not in drains and n not in untested]
-        self.resumed = []
+        if self.options.drain:  # else judge only: every window put its drains back already
+            settle(self.ctl, self.kiln_drained, self.out, self.progress)
 
-    def _restore(self) -> None:
-        """Put back the drains kiln lifted for the run (interrupted, failed, or --no-drain)."""
-        for node in self.resumed:
-            self.queue.best_effort(commands.drain([node], self.kiln_drained[node]))
-        self.resumed = []
-
-    def _cleanup(self, finished: bool) -> None:
+    def _cleanup(self) -> None:
         self.queue.cancel_active()
-        if not finished:
-            self._restore()
         self.queue.best_effort(commands.delete_reservation(self.reservation))

@@ -32,10 +32,10 @@ from kiln.burnin import ib as IB
 from kiln.burnin.suites import Suite
 from kiln.judging.thresholds import FABRIC_BYTES
 from kiln.render.hostlist import compress
+from kiln.slurmctl.leftovers import RESERVATION_PREFIX
 
 DEFAULT_PREFIX = "/opt/kiln/burnin"
 DEFAULT_RESULTS = "/var/lib/kiln/burnin"
-RESERVATION_PREFIX = "kiln-burnin-"
 
 
 @dataclass(frozen=True, slots=True)

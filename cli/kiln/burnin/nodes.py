@@ -1,9 +1,10 @@
 """Which nodes a burn-in tests: the selected compute nodes, as far as Slurm lets them run.
 
-A node drained by a quarantine (new or changed) or a failed burn-in (kiln.parsers.drain_reason
-kinds quarantine and burnin) is tested, and resumed if it passes; a node drained for any other
-reason (an operator's `kiln drain`, a health check, a maintenance in progress, anyone else's
-drain), down or not responding is skipped and left alone.
+A node drained by a quarantine (new or changed), a failed burn-in or a failed health check (the
+kinds the drain policy lets burn-in lift: kiln.parsers.drain_reason.POLICY) is tested under its
+drain, and resumed if it passes; a node drained for any other reason (an operator's `kiln drain`,
+a maintenance in progress, anyone else's drain), down or not responding is skipped and left
+alone.
 A node that jobs outside the reservation hold (`busy`) is not tested: reported "not tested
 (busy)", never drained; `wait_for` polls until such nodes are free, up to a timeout.
 """
@@ -17,6 +18,7 @@ from kiln.errors import InvalidInputError
 from kiln.fleet import select_nodes
 from kiln.inventory import Cluster, Node
 from kiln.judging.model import NOT_TESTED_BUSY
+from kiln.parsers.drain_reason import kinds_lifted_by
 from kiln.slurmctl import commands
 from kiln.slurmctl.queue import Holder, holders
 from kiln.slurmctl.state import NodeState
@@ -25,7 +27,7 @@ Busy = dict[str, list[Holder]]  # node -> the jobs holding it outside the reserv
 SHOWN = 8  # busy nodes named in one progress line
 
 _UNUSABLE = ("down", "future", "unknown")
-RETESTED = ("quarantine", "burnin")  # the drains burn-in lifts to test, and keeps off on a pass
+RETESTED = kinds_lifted_by("burnin")  # the drains burn-in tests under, and lifts on a pass
 
 
 def select_compute(cluster: Cluster, selector: str | None) -> list[Node]:

@@ -69,12 +69,21 @@ class JobQueue:
                 )
         return ids
 
-    def run(self, specs: Sequence[JobSpec], what: str, *, limit_minutes: int) -> dict[str, str]:
+    def run(
+        self,
+        specs: Sequence[JobSpec],
+        what: str,
+        *,
+        limit_minutes: int,
+        submitted: Callable[[list[str]], None] = lambda _ids: None,
+    ) -> dict[str, str]:
         """Submit, then poll until the jobs end or their deadline passes; the jobs cancelled
-        while still pending then: kiln name -> squeue's reason (e.g. "Resources")."""
+        while still pending then: kiln name -> squeue's reason (e.g. "Resources").
+        `submitted(ids)` runs once they are queued (burn-in opens its window there)."""
         ids = self.submit(specs)
         names = {self.jobs[spec.name]: spec.name for spec in specs}
         self.progress(f"{what}: {len(ids)} Slurm job(s) {_span(ids)}")
+        submitted(ids)
         queued = 60 * sum(spec.queued_minutes for spec in specs)
         # Queueing behind running jobs, then run; jobs that queue behind ours on the same nodes
         # (the InfiniBand rounds) add their own limit.

@@ -85,7 +85,8 @@ def status(
     vault_password_file: VaultPasswordFile = None,
 ) -> int:
     """Nodes by Slurm state, drain reasons (who, when, why), GPUs per node from Gres and the last
-    burn-in verdict; nodes known to only one of the inventory and Slurm are flagged. --health
+    burn-in verdict; nodes known to only one of the inventory and Slurm are flagged, and so is a
+    burn-in that never finished (killed: its reservation and jobs are left). --health
     adds each compute node's last health result (its last.json over SSH, like kiln health
     --last); without it, status asks the controller only.
 
@@ -109,6 +110,11 @@ def status(
         render_table(result, cells)
     if result.flagged:
         err.print(f"{len(result.flagged)} node(s) flagged: inventory and Slurm disagree")
+    for leftover in result.unfinished:  # its nodes hold their drains; the reservation lingers
+        err.print(
+            f"[yellow]unfinished burn-in[/]: {safe(leftover.describe())}; "
+            "the next `kiln burnin` undoes it"
+        )
     if cells is not None:
         unhealthy = sorted(name for name, cell in cells.items() if cell["ok"] is False)
         unread = sorted(name for name, cell in cells.items() if cell["ok"] is None)

@@ -55,6 +55,61 @@ FIXED = {
 
 
 @dataclass(frozen=True, slots=True)
+class DrainPolicy:
+    """Who places a kind of drain, which operations may lift it, and when."""
+
+    kind: str
+    placed_by: str
+    lifted_by: tuple[str, ...]  # the operations (LIFTERS) that may lift it
+    when: str  # when they lift it, for messages ("kiln resume" refusals, docs/operations.md)
+
+
+# The one drain policy: slurmctl (`kiln drain`/`kiln resume`), burn-in (which drains it retests
+# and lifts on a pass), the health check (its auto-resume) and the roles (slurm_maintenance
+# through the kiln_drain_may_lift filter) all read it. Every lift is a compare-and-set: the
+# node's reason is read again and must still be the one the lifter saw (kiln.slurmctl.cas).
+LIFTERS = ("burnin", "health", "maintenance", "operator")
+POLICY = {
+    "quarantine": DrainPolicy(
+        "quarantine", "provision (slurm_node): a new node, or one whose hardware changed",
+        ("burnin",), "when the node passes a burn-in: `kiln burnin` resumes it then",
+    ),
+    "burnin": DrainPolicy(
+        "burnin", "`kiln burnin`: the node failed a check",
+        ("burnin",), "when the node passes a later burn-in: `kiln burnin` resumes it then",
+    ),
+    "health": DrainPolicy(
+        "health", "the health check (Slurm's HealthCheckProgram, Prolog, `kiln health`)",
+        ("burnin", "health"),
+        "when a burn-in passes, or (auto_resume on) the health check reads the probe healthy "
+        "again, for a finding a later reading can disprove (never an Xid)",
+    ),
+    "maintenance": DrainPolicy(
+        "maintenance", "a rolling change (slurm_maintenance: driver upgrade, reboot)",
+        ("maintenance",), "by the run that placed it, when its work on the node is done",
+    ),
+    "operator": DrainPolicy(
+        "operator", "`kiln drain` (an operator)",
+        ("operator",), "by `kiln resume`",
+    ),
+}  # fmt: skip
+
+
+def may_lift(reason: str | None, by: str) -> bool:
+    """Whether operation `by` (one of LIFTERS) may lift a drain with this reason: only a kiln
+    reason whose kind's policy names it. Anyone else's drain is theirs to lift."""
+    if by not in LIFTERS:
+        raise ValueError(f"unknown lifter {by!r}; known: {', '.join(LIFTERS)}")
+    parsed = parse_reason(reason)
+    return parsed is not None and by in POLICY[parsed.kind].lifted_by
+
+
+def kinds_lifted_by(by: str) -> tuple[str, ...]:
+    """The kinds of kiln drain operation `by` may lift (burn-in: the ones it retests)."""
+    return tuple(kind for kind, policy in POLICY.items() if by in policy.lifted_by)
+
+
+@dataclass(frozen=True, slots=True)
 class DrainReason:
     kind: str  # one of KINDS
     operation: str | None  # the run or user that placed it; None when not recorded
@@ -210,4 +265,5 @@ FILTERS = {
     "kiln_drain_kind": lambda reason: reason_kind(reason) or "",
     "kiln_drain_parts": _reason_parts,
     "kiln_node_drain": node_drain,
+    "kiln_drain_may_lift": may_lift,
 }

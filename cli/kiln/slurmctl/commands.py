@@ -100,6 +100,15 @@ def delete_reservation(name: str) -> list[str]:
     return ["scontrol", "delete", f"reservationname={name}"]
 
 
+def show_reservations() -> list[str]:
+    return ["scontrol", "--oneliner", "show", "reservation"]
+
+
+def jobs_by_reservation() -> list[str]:
+    """Every job with the reservation it runs in: `id|reservation` a line."""
+    return ["squeue", "--noheader", "--all", "--format=%i|%v"]
+
+
 def reservation_nodes(name: str, names: Sequence[str]) -> list[str]:
     """Set the reservation's nodes to exactly `names` (burn-in lets busy nodes go)."""
     return ["scontrol", "update", f"reservationname={name}", f"nodes={nodelist(names)}"]

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kiln.inventory import Cluster, Node
+from kiln.parsers.drain_reason import POLICY, may_lift
 from kiln.slurmctl import commands
 from kiln.slurmctl.remote import Controller, Runner
 from kiln.slurmctl.state import NodeState, from_sinfo
@@ -80,19 +81,11 @@ def _classify_unknown(node: Node, change: NodeChange) -> None:
         change.message = "not a Slurm compute node; skipped"
 
 
-# Who lifts a drain `kiln resume` leaves alone, by kind.
-_OWNER = {
-    "quarantine": "quarantined until a burn-in passes: `kiln burnin` resumes it then",
-    "burnin": "failed a burn-in: `kiln burnin` resumes it when it passes",
-    "health": "failed a health check: fix it, then a burn-in resumes it",
-    "maintenance": "drained by a maintenance run, which resumes it when done",
-}
-
-
 def _not_ours(state: NodeState) -> str:
+    """Why `kiln resume` leaves this drain alone: who lifts it, from the one drain policy."""
     kind = state.drain_kind
-    if kind in _OWNER:
-        return _OWNER[kind]
+    if kind in POLICY and kind != "operator":
+        return f"{POLICY[kind].placed_by}; lifted {POLICY[kind].when}"
     return "not drained by `kiln drain`: kiln resumes only its own operator drains"
 
 
@@ -175,9 +168,9 @@ def resume(
             change.message = f"not drained ({state.state}): already available"
             if not state.responding or state.base in ("down", "fail", "unknown"):
                 change.message = f"not drained ({state.state}): nothing for resume to do"
-        elif state.drain_kind == "operator" or force:
+        elif may_lift(state.reason, "operator") or force:
             change.action = "resume"
-            if state.drain_kind != "operator":
+            if not may_lift(state.reason, "operator"):
                 change.message = f"forced: was {state.describe_drain()}"
             targets.append(change)
         else:

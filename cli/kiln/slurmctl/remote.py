@@ -67,9 +67,20 @@ class Controller:
     def name(self) -> str:
         return self.node.name
 
-    def _exec(self, text: str) -> NodeResult:
+    def _exec(self, text: str, timeout: float | None = None) -> NodeResult:
         command = as_root(self.node, text) if self.root else text
-        return self.runner([self.node], command, fanout=1, timeout=self.timeout).results[0]
+        limit = timeout or self.timeout
+        return self.runner([self.node], command, fanout=1, timeout=limit).results[0]
+
+    def shell(self, text: str, what: str, *, timeout: float | None = None) -> str:
+        """Run a shell program on the controller (kiln.slurmctl.cas); its stdout, whatever its
+        exit code. OperationFailed when the controller was not reached or did not finish."""
+        answer = self._exec(text, timeout)
+        if answer.exit_code is None:
+            why = answer.error or str(answer.status)
+            raise OperationFailed(f"{what} on {self.name}: {answer.status}: {why}")
+        self.stderr = answer.stderr.strip()
+        return answer.stdout
 
     def run(self, steps: Sequence[Sequence[str]], *, check: bool = True) -> list[Step]:
         """Run the steps in order in one SSH exec; with `check`, a failing step raises. An

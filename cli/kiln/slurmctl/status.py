@@ -12,9 +12,11 @@ from pathlib import Path
 
 from kiln.inventory import Cluster
 from kiln.render.hostlist import compress
+from kiln.slurmctl import commands
 from kiln.slurmctl.burnin import UNKNOWN, Verdict, last_verdicts
+from kiln.slurmctl.leftovers import Leftover, read_leftovers
 from kiln.slurmctl.remote import Controller, Runner
-from kiln.slurmctl.state import NodeState
+from kiln.slurmctl.state import NodeState, from_sinfo
 
 NOT_IN_SLURM = "in the inventory, unknown to Slurm"
 NOT_IN_INVENTORY = "in Slurm, not in the inventory"
@@ -53,6 +55,7 @@ class ClusterStatus:
     cluster: str
     controller: str
     rows: list[StatusRow] = field(default_factory=list)
+    unfinished: list[Leftover] = field(default_factory=list)  # burn-in runs that never ended
 
     def by_state(self) -> dict[str, list[str]]:
         groups: dict[str, list[str]] = {}
@@ -72,6 +75,7 @@ class ClusterStatus:
             "counts": {state: len(names) for state, names in by_state.items()},
             "by_state": {state: compress(names) for state, names in by_state.items()},
             "flagged": {row.name: row.flag for row in self.flagged},
+            "unfinished_burnins": [leftover.to_dict() for leftover in self.unfinished],
             "nodes": [row.to_dict() for row in self.rows],
         }
 
@@ -103,7 +107,16 @@ def merge(
 def cluster_status(
     cluster: Cluster, *, runner: Runner | None = None, state: Path | None = None
 ) -> ClusterStatus:
+    """The merged status, and the burn-in runs a kill left behind (one SSH exec for all)."""
     ctl = Controller(cluster, **({"runner": runner} if runner else {}))
-    slurm = ctl.nodes()
+    nodes, shown, queued = ctl.run(
+        [commands.sinfo(), commands.show_reservations(), commands.jobs_by_reservation()],
+        check=False,
+    )
+    if nodes.exit_code != 0:
+        raise ctl.failure(nodes)
+    slurm = from_sinfo(nodes.stdout)
     names = [node.name for node in cluster.nodes if node.is_compute or node.name in slurm]
-    return merge(cluster, slurm, ctl.name, last_verdicts(cluster.name, names, state))
+    status = merge(cluster, slurm, ctl.name, last_verdicts(cluster.name, names, state))
+    status.unfinished = read_leftovers(shown.stdout, queued.stdout)
+    return status

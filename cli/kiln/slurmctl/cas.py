@@ -1,0 +1,185 @@
+"""Drains and resumes that cannot undo someone else's, and the window burn-in tests through.
+
+    done = compare_and_set(ctl, [Change("gpu001", expected=QUARANTINE, reason=None)])
+    window = open_window(ctl, {"gpu001": QUARANTINE}, job_ids, wait_seconds=60)
+
+`compare_and_set`: each change names the reason the node holds now as the caller last read it
+(None: not drained) and what it should become (a reason: drain; None: resume). One script on
+the controller reads every node again (`sinfo`) and changes only a node still as expected, so a
+drain an operator or the health check placed meanwhile is never overwritten or lifted; then
+the nodes are read back. Each change comes back applied, kept (it was no longer as expected:
+what it is now) or failed.
+
+`open_window`: a drained node runs no new job, so to test a quarantined node burn-in lifts its
+drain while its jobs start, and puts the reason back at once: a running job keeps running on
+a drained node (Slurm shows it "draining"), and nothing else starts there. The lift, the wait
+for the jobs to leave PENDING and the drain are one program on the controller, started in a
+session of its own (`setsid`): a kill of kiln, of the machine running it, or a cut SSH link
+cannot stop it half-way, so a node kiln lifted is drained again within `wait_seconds`, whatever
+happens to kiln. A lock file serialises windows (the next run's clean-up waits on it). Lifting is
+a compare-and-set too: a node whose reason is no longer the one given is left as it is (kept),
+and a node someone drained while it was lifted keeps their reason.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from kiln.errors import OperationFailed
+from kiln.slurmctl.remote import Controller
+
+MARK = "@@kiln-cas"
+WINDOW_LOCK = "/run/kiln-burnin-window.lock"
+# A drain or failed flag keeps Slurm from scheduling anything new; DOWN does not count: a down
+# node returns to service by itself when its slurmd registers (ReturnToService).
+_HELD = "*drain*|*DRAIN*|*fail*|*FAIL*"
+
+# Per node: NODE EXPECTED TARGET, where EXPECTED and TARGET are "-" (not drained / resume) or
+# "=REASON". The current reason is read from `sinfo %E` ("none" when there is none).
+_CAS = r"""
+while (($# >= 3)); do
+  node=$1 expected=$2 target=$3; shift 3
+  line=$(sinfo --noheader --Node --nodes="$node" --format='%T|%E' | head -n1)
+  state=${line%%|*} reason=${line#*|}
+  case $state in __HELD__) held=1;; *) held=0;; esac
+  if [[ -z $line ]]; then
+    echo "__MARK__ $node failed not known to Slurm"; continue
+  elif [[ $expected == - && $held == 0 ]] || [[ $held == 1 && "=$reason" == "$expected" ]]; then
+    if [[ $target == - ]]; then
+      scontrol update nodename="$node" state=resume
+    else
+      scontrol update nodename="$node" state=drain reason="${target#=}"
+    fi && echo "__MARK__ $node applied" && continue
+    echo "__MARK__ $node failed scontrol update exited non-zero"
+  else
+    echo "__MARK__ $node kept $state|$reason"
+  fi
+done
+""".replace("__HELD__", _HELD).replace("__MARK__", MARK)
+
+_WINDOW = (
+    r"""
+exec 9>>__LOCK__ && flock 9
+wait_s=$1 jobs=$2; shift 2
+args=("$@")
+declare -A lifted
+read_node() {
+  local line; line=$(sinfo --noheader --Node --nodes="$1" --format='%T|%E' | head -n1)
+  state=${line%%|*} now=${line#*|}
+  case $state in __HELD__) held=1;; *) held=0;; esac
+}
+for ((i = 0; i < ${#args[@]}; i += 2)); do
+  node=${args[i]} reason=${args[i + 1]}
+  read_node "$node"
+  if [[ $held == 1 && $now == "$reason" ]] && scontrol update nodename="$node" state=resume; then
+    lifted[$node]=1; echo "__MARK__ $node lifted"
+  else
+    echo "__MARK__ $node kept $state|$now"
+  fi
+done
+end=$((SECONDS + wait_s))
+while ((${#lifted[@]} && SECONDS < end)); do
+  left=$(squeue --noheader --array --jobs="$jobs" --states=PENDING --format=%i 2>/dev/null | wc -l)
+  ((left == 0)) && break
+  sleep 1
+done
+for ((i = 0; i < ${#args[@]}; i += 2)); do
+  node=${args[i]} reason=${args[i + 1]}
+  [[ -n ${lifted[$node]:-} ]] || continue
+  read_node "$node"
+  if [[ $held == 1 ]]; then
+    echo "__MARK__ $node kept $state|$now"
+  elif scontrol update nodename="$node" state=drain reason="$reason"; then
+    echo "__MARK__ $node restored"
+  else
+    echo "__MARK__ $node failed to drain it again"
+  fi
+done
+""".replace("__HELD__", _HELD)
+    .replace("__MARK__", MARK)
+    .replace("__LOCK__", WINDOW_LOCK)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    node: str
+    expected: str | None  # the reason it holds now, as last read; None: not drained
+    reason: str | None  # the reason to place; None: resume
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    node: str
+    result: str  # applied | kept | failed (window: lifted, restored, kept, failed)
+    now: str = ""  # kept: the state and reason it holds instead; failed: why
+
+    def to_dict(self) -> dict:
+        return {"node": self.node, "result": self.result, "now": self.now}
+
+
+def _read(stdout: str) -> dict[str, Outcome]:
+    """The last outcome line of each node."""
+    found: dict[str, Outcome] = {}
+    for line in stdout.splitlines():
+        if line.startswith(MARK + " "):
+            parts = line[len(MARK) + 1 :].split(" ", 2)
+            if len(parts) >= 2:
+                found[parts[0]] = Outcome(parts[0], parts[1], parts[2] if len(parts) > 2 else "")
+    return found
+
+
+def _coded(reason: str | None) -> str:
+    return "-" if reason is None else "=" + reason
+
+
+def cas_script(changes: Sequence[Change]) -> str:
+    args = [a for c in changes for a in (c.node, _coded(c.expected), _coded(c.reason))]
+    return shlex.join(["bash", "-c", _CAS, "kiln-cas", *args])
+
+
+def compare_and_set(ctl: Controller, changes: Sequence[Change]) -> list[Outcome]:
+    """Apply each change only where the node still holds what the caller expects; one outcome
+    per change. OperationFailed when the controller does not answer (nothing is known)."""
+    if not changes:
+        return []
+    answer = ctl.shell(cas_script(changes), "compare-and-set of drains")
+    found = _read(answer)
+    return [found.get(c.node, Outcome(c.node, "failed", "no answer for it")) for c in changes]
+
+
+def window_script(drains: Mapping[str, str], job_ids: Sequence[str], wait_seconds: int) -> str:
+    """The detached window program, its output kept in a file and printed when it ends."""
+    args = [str(int(wait_seconds)), ",".join(job_ids) or "0"]
+    args += [a for node, reason in drains.items() for a in (node, reason)]
+    program = shlex.join(["bash", "-c", _WINDOW, "kiln-window", *args])
+    return (
+        "log=$(mktemp /tmp/kiln-window.XXXXXX) || exit 1\n"
+        f'setsid --wait {program} >"$log" 2>&1 </dev/null &\n'
+        'wait $!; rc=$?; cat "$log"; rm -f "$log"; exit $rc\n'
+    )
+
+
+def open_window(
+    ctl: Controller, drains: Mapping[str, str], job_ids: Sequence[str], *, wait_seconds: int
+) -> list[Outcome]:
+    """Lift `drains` (node -> the reason it holds) until `job_ids` have started or
+    `wait_seconds` pass, then drain each again with its reason (detached on the controller).
+    Outcomes per node: restored, kept (someone drained it meanwhile) or failed."""
+    if not drains:
+        return []
+    try:
+        answer = ctl.shell(
+            window_script(drains, job_ids, wait_seconds),
+            "the burn-in window",
+            timeout=wait_seconds + 60,
+        )
+    except OperationFailed as error:  # the program goes on on the controller regardless
+        raise OperationFailed(
+            f"{error.message}; the nodes' drains are put back on the controller regardless",
+            hint=error.hint,
+        ) from None
+    found = _read(answer)
+    return [found.get(n, Outcome(n, "failed", "no answer for it")) for n in drains]
