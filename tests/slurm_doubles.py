@@ -175,6 +175,15 @@ class Drains:
         self.during_window = during_window or {}
         self.programs: list[tuple[str, list[str], list[str]]] = []
 
+    def show(self, names):
+        """Controller.show: the nodes as `scontrol show node` would read, from `reasons`."""
+        from kiln.slurmctl.state import NodeState
+
+        return {
+            n: NodeState(n, "idle+drain", r) if r else NodeState(n, "idle")
+            for n, r in ((n, self.reasons.get(n)) for n in names)
+        }
+
     @staticmethod
     def _args(text: str, name: str) -> list[str]:
         import shlex

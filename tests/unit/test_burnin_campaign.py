@@ -248,7 +248,7 @@ def test_the_command_composes_install_run_judge_and_report(tmp_path, monkeypatch
     options = C.BurninOptions(poll_seconds=0)
     outcome = command.burn_in(cluster, options, install=True, progress=lambda _: None)
 
-    assert steps == [f"install {','.join(nodes)}", "root=True", f"show {','.join(nodes)}"]
+    assert steps[:3] == [f"install {','.join(nodes)}", "root=True", f"show {','.join(nodes)}"]
     assert outcome.nodes == [nodes[0], *nodes[2:]]
     assert outcome.skipped == {nodes[1]: "drained by someone else (bad DIMM; kiln: said so)"}
     windows = [p for p in ctl.programs if p[0] == "window"]
@@ -590,3 +590,24 @@ def test_a_drain_placed_while_a_node_is_lifted_stays_and_the_node_is_not_reteste
     windows = [p for p in ctl.programs if p[0] == "window"]
     assert windows[0][1] == [NODE2] and all(NODE2 not in p[1] for p in windows[1:])
     assert ctl.reasons[NODE2] == operator and NODE2 in outcome.kept
+
+
+def test_a_node_drained_by_hand_between_phases_leaves_the_run_untested(tmp_path, monkeypatch):
+    """An operator drains kiln-node01 while its GEMM job runs: its next job could never start,
+    so it leaves the run before the fabric phase (no ring of one node is submitted), is not
+    tested, and keeps the operator's reason; kiln-node02 is judged as usual."""
+    operator = "kiln:operator:carol: swap DIMM"
+
+    class HandDrain(Slurm):
+        def run(self, steps, *, check: bool = True):
+            if any(a.startswith("--jobs=") for argv in steps for a in argv):
+                self.reasons.setdefault(NODE1, operator)  # while the jobs run
+            return super().run(steps, check=check)
+
+    ctl = HandDrain()
+    results_from(monkeypatch, {NODE2: {f"gemm/{NODE2}.json": gemm_doc(NODE2)}})
+    outcome, _ = campaign_on(tmp_path, ctl)
+    assert not any("fabric" in script for script in ctl.scripts.values())
+    assert outcome.nodes == [NODE2] and outcome.kept == {NODE1: f"idle+drain|{operator}"}
+    assert outcome.not_tested[NODE1].startswith("not tested: drained by someone else")
+    assert ctl.reasons == {NODE1: operator}  # nothing else drained; its reason intact

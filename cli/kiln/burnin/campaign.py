@@ -41,9 +41,6 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 from kiln.burnin import ib as IB
 from kiln.burnin import jobs as J
@@ -51,9 +48,10 @@ from kiln.burnin.collect import collect, read_hcas
 from kiln.burnin.dcgm import dcgm_phase
 from kiln.burnin.judge import judge_run
 from kiln.burnin.nodes import busy, busy_message, classify, select_compute, wait_for
+from kiln.burnin.outcome import BurninOptions, BurninOutcome, Target
 from kiln.burnin.states import lift_while_starting, settle
 from kiln.burnin.submit import JobQueue
-from kiln.burnin.suites import Suite, resolve_suite
+from kiln.burnin.suites import resolve_suite
 from kiln.errors import EnvironmentProblem, InvalidInputError, OperationFailed
 from kiln.fabric.links import parse_sysfs_dump
 from kiln.inventory import Cluster
@@ -71,61 +69,7 @@ from kiln.slurmctl import leftovers as L
 from kiln.slurmctl.remote import Controller
 
 Progress = Callable[[str], None]
-
-
-@dataclass
-class BurninOptions:
-    suite: str | None = None  # None: the inventory's kiln_burnin.suite
-    nodes: str | None = None  # a --nodes selector; None: every compute node
-    hours: float | None = None  # soak duration
-    gemm_seconds: float | None = None  # override the suite's GEMM duration
-    drain: bool = True  # drain failing nodes, keep passing ones resumed
-    paths: J.Paths = field(default_factory=J.Paths)
-    poll_seconds: float = 3.0
-    wait_minutes: float | None = None  # wait up to this long for busy nodes; None: do not wait
-
-
-@dataclass(frozen=True)
-class Target:
-    """What a burn-in will run: the suite and the selected compute nodes, before Slurm is asked."""
-
-    suite: Suite
-    nodes: list[str]
-
-
-@dataclass
-class BurninOutcome:
-    run_id: str
-    run_dir: Path
-    suite: Suite
-    nodes: list[str]
-    report: BurninReport
-    skipped: dict[str, str] = field(default_factory=dict)  # node -> why it was not tested
-    not_tested: dict[str, str] = field(default_factory=dict)  # busy, or ran elsewhere -> why
-    drained: dict[str, str] = field(default_factory=dict)  # node -> reason kiln set
-    resumed: list[str] = field(default_factory=list)  # kiln-drained nodes now in service
-    kept: dict[str, str] = field(default_factory=dict)  # changed by someone else meanwhile: now
-    cleared: list[str] = field(default_factory=list)  # leftovers of killed runs, undone
-    jobs: dict[str, str] = field(default_factory=dict)  # kiln job name -> Slurm job id
-    timings: dict[str, float] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "record": str(self.run_dir),
-            "suite": self.suite.to_dict(),
-            "nodes": self.nodes,
-            "skipped": self.skipped,
-            "not_tested": self.not_tested,
-            "drained": self.drained,
-            "resumed": self.resumed,
-            "kept": self.kept,
-            "cleared": self.cleared,
-            "jobs": self.jobs,
-            "timings": {k: round(v, 1) for k, v in self.timings.items()},
-            "passed": self.report.passed,
-            "report": self.report.to_dict(),
-        }
+__all__ = ["BurninOptions", "BurninOutcome", "Target", "run_burnin", "select_target"]
 
 
 def select_target(cluster: Cluster, options: BurninOptions) -> Target:
@@ -235,36 +179,39 @@ class _Campaign:
         self.ib_nodes = [n for n in self.ib_nodes if n in self.nodes]
 
     def _jobs(self) -> None:
-        """The per-node jobs, the fabric all-reduce and the InfiniBand rounds, then the pairs if
-        needed, each phase's jobs started together; results collected after each."""
+        """The per-node jobs, then the fabric all-reduce, the InfiniBand rounds and the pairs if
+        needed, each phase's jobs started together; results collected after each. Before each
+        later phase, nodes someone drained meanwhile leave the run (their jobs could not start)."""
         out, suite = self.out, self.out.suite
-        groups: dict[int, list[str]] = {}
-        for name, node in self.nodes.items():
-            groups.setdefault(node.gpu_count if node.has_gpus else 0, []).append(name)
-        per_node, fabric = [], []
-        for gpus, members in sorted(groups.items()):
-            per_node += [
-                J.node_job(out.run_id, self.reservation, suite, node, gpus=gpus,
-                           paths=self.options.paths)
-                for node in members
-            ]  # fmt: skip
-            if len(members) >= 2:
-                name = "fabric-ring" if len(groups) == 1 else f"fabric-ring-g{gpus}"
-                fabric.append(self._allreduce(name, members, gpus))
+        per_node = [
+            J.node_job(out.run_id, self.reservation, suite, name, gpus=gpus,
+                       paths=self.options.paths)
+            for gpus, members in self._groups().items() for name in members
+        ]  # fmt: skip
+        self._manifest(per_node)
+        t0 = time.monotonic()
+        self._not_started(self._wait(per_node, "node GEMM"), per_node)
+        self._drop_changed()
+        fabric = [
+            self._allreduce(self._ring(gpus), members, gpus)
+            for gpus, members in self._groups().items()
+            if len(members) >= 2
+        ]
+        specs = per_node + fabric
+        self._manifest(specs)
+        self._wait(fabric, "fabric all-reduce")
+        self._drop_changed()
         ib_rounds = [
             J.ib_round_job(out.run_id, self.reservation, suite, k, pairs, paths=self.options.paths)
             for k, pairs in enumerate(self._ib_plan())
         ]
-        specs = per_node + fabric + ib_rounds
+        specs += ib_rounds
         self._manifest(specs)
-        t0 = time.monotonic()
-        self._not_started(self._wait(per_node, "node GEMM"), per_node)
-        self._wait(fabric, "fabric all-reduce")
         for spec in ib_rounds:
             self._wait([spec], f"InfiniBand rails ({spec.name})", spec.queued_minutes)
         self._collect()
         out.timings["jobs"] = time.monotonic() - t0
-        rounds = self._pair_rounds(groups)
+        rounds = self._pair_rounds(self._groups())
         if rounds:
             specs += [spec for round_ in rounds for spec in round_]
             self._manifest(specs)
@@ -275,6 +222,39 @@ class _Campaign:
             out.timings["pairs"] = time.monotonic() - t0
         self._manifest(specs)  # with the nodes whose job never started
         self._ib_read("after")
+
+    def _groups(self) -> dict[int, list[str]]:
+        """The nodes still in the run by GPU count (0: CPU-only), in order."""
+        groups: dict[int, list[str]] = {}
+        for name, node in self.nodes.items():
+            groups.setdefault(node.gpu_count if node.has_gpus else 0, []).append(name)
+        return dict(sorted(groups.items()))
+
+    def _ring(self, gpus: int) -> str:
+        return "fabric-ring" if len(self._groups()) == 1 else f"fabric-ring-g{gpus}"
+
+    def _drop_changed(self) -> None:
+        """Nodes whose drain changed since the run began (an operator or the health check
+        drained them): their next jobs could not start, so they leave the run, not tested,
+        their new reason kept."""
+        try:
+            states = self.ctl.show(list(self.nodes))
+        except ParseError:
+            return  # unread: the window's own compare-and-set still guards each lift
+        for name in list(self.nodes):
+            state, was = states.get(name), self.kiln_drained.get(name)
+            if state is None or (state.reason if state.drained else None) == was:
+                continue
+            now = f"{state.state}|{state.reason or 'none'}"
+            self.out.kept[name] = now
+            self.out.not_tested[name] = (
+                f"not tested: drained by someone else during the run ({now})"
+            )
+            self.progress(f"{name}: {self.out.not_tested[name]}")
+            self.kiln_drained.pop(name, None)
+            del self.nodes[name]
+        self.out.nodes = [n for n in self.out.nodes if n in self.nodes]
+        self.ib_nodes = [n for n in self.ib_nodes if n in self.nodes]
 
     def _not_started(self, pending: dict[str, str], specs: list[J.JobSpec]) -> None:
         """Per-node jobs still pending at the deadline: their nodes were busy, not tested."""
@@ -354,8 +334,7 @@ class _Campaign:
             members = [m for m in members if m not in self.out.not_tested]
             if len(members) < 3:
                 continue  # two nodes: the fabric job already is the pair
-            name = "fabric-ring" if len(groups) == 1 else f"fabric-ring-g{gpus}"
-            if not self._fabric_slow(name, members):
+            if not self._fabric_slow(self._ring(gpus), members):
                 continue
             for k, round_ in enumerate(pair_schedule(members)):
                 specs = [self._allreduce(J.pair_name(k, a, b), [a, b], gpus) for a, b in round_]

@@ -45,7 +45,10 @@ def lift_while_starting(
     drains = {n: r for n, r in drained.items() if n in names}
     if not drains:
         return
-    for found in open_window(ctl, drains, ids, wait_seconds=WINDOW_SECONDS):
+    found_all = open_window(ctl, drains, ids, wait_seconds=WINDOW_SECONDS)
+    restored = sum(found.result == "restored" for found in found_all)
+    progress(f"{restored} drained node(s) lifted while their jobs started, drained again")
+    for found in found_all:
         if found.result == "kept":
             progress(f"{found.node}: drained by someone else ({found.now}): kept")
             drained.pop(found.node, None)
