@@ -32,10 +32,10 @@ from pathlib import Path
 
 from kiln.errors import InvalidInputError
 from kiln.fabric.bandwidth import LINE_RATE_GBPS
-from kiln.fabric.links import binding_kind
 from kiln.inventory import Cluster
-from kiln.parsers._common import SkippedLine, norm_guid
-from kiln.parsers.ibnetdiscover import IbFabric, IbNode, parse_ibnetdiscover
+from kiln.parsers._common import SkippedLine
+from kiln.parsers.ibnetdiscover import DeclaredGuids, IbFabric, owner_of, parse_ibnetdiscover
+from kiln.parsers.ibnetdiscover import declared_guids as guid_bindings
 from kiln.render import MANAGED_HEADER, environment
 
 _TEMPLATE = Path(__file__).with_name("topology.conf.j2")
@@ -71,27 +71,9 @@ class FabricTopology:
         return [s for s in self.switches if s.level == 0]
 
 
-def _hca_of(ca: IbNode) -> str | None:
-    parts = (ca.description or "").split()
-    return parts[1] if len(parts) > 1 else None
-
-
-def declared_guids(cluster: Cluster) -> dict[str, tuple[str, str]]:
+def declared_guids(cluster: Cluster) -> DeclaredGuids:
     """GUID -> (host, the HCA as declared) for every HCA the inventory names by GUID."""
-    return {
-        norm_guid(hca): (node.name, hca)
-        for node in cluster.nodes
-        for hca in node.ib_hcas
-        if binding_kind(hca) == "guid"
-    }
-
-
-def _host_of(ca: IbNode, guids: dict[str, tuple[str, str]]) -> tuple[str | None, str | None]:
-    """(host, HCA) of a CA: by a GUID the inventory declares first, then by its description."""
-    for guid in (ca.guid, *sorted(ca.port_guids)):
-        if guid in guids:
-            return guids[guid]
-    return ca.hostname, _hca_of(ca)
+    return guid_bindings((node.name, node.ib_hcas) for node in cluster.nodes)
 
 
 def _unique_names(fabric: IbFabric, guids: list[str]) -> dict[str, str]:
@@ -148,7 +130,7 @@ def build_topology(
     rail0: dict[str, str] | None = None,
     only_hosts: set[str] | None = None,
     not_in_fabric: set[str] | None = None,
-    guids: dict[str, tuple[str, str]] | None = None,
+    guids: DeclaredGuids | None = None,
 ) -> FabricTopology:
     """The tree Slurm needs. `rail0` maps host -> its rail-0 HCA name (from the inventory);
     `only_hosts`, when given, keeps other hosts out (slurmctld refuses unknown node names);
@@ -162,7 +144,7 @@ def build_topology(
     unnamed: list[str] = []
     for leaf_guid in (g for g, level in levels.items() if level == 0):
         for ca in fabric.hosts_on(leaf_guid):
-            host, hca = _host_of(ca, guids)
+            host, hca = owner_of(ca, guids)
             if host is None:
                 unnamed.append(ca.guid)
             elif only_hosts is None or host in only_hosts:
@@ -317,7 +299,7 @@ def fabric_topology(cluster: Cluster, fabric: IbFabric, source: str) -> Topology
     # Slurm nodes only: slurmctld knows no controller or storage host in topology.conf.
     compute = {n.name for n in cluster.compute}
     guids = declared_guids(cluster)
-    seen = {host for ca in fabric.cas() if (host := _host_of(ca, guids)[0])}
+    seen = {host for ca in fabric.cas() if (host := owner_of(ca, guids)[0])}
     topology = build_topology(
         fabric, rail0=rail0, only_hosts=compute, not_in_fabric=compute, guids=guids
     )

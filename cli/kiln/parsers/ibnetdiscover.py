@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from kiln.parsers import ParseError
@@ -190,6 +191,36 @@ class IbFabric:
             for lk in self.links
             if lk.speed is not None and (lk.width, lk.speed) != (width, speed)
         ]
+
+
+# An HCA named by GUID in an inventory (kiln_ib_hcas): "0x946dae0300cde72c", as ibstat prints it.
+GUID_BINDING = re.compile(r"^(0x)?[0-9a-fA-F]{16}$")
+
+# GUID -> (host, the HCA as the inventory declares it)
+DeclaredGuids = dict[str, tuple[str, str]]
+
+
+def declared_guids(declared: Iterable[tuple[str, Iterable[str]]]) -> DeclaredGuids:
+    """GUID -> (host, HCA as declared) for each HCA named by node or port GUID; `declared`
+    holds (host, its kiln_ib_hcas). Names (mlx5_0) and PCI addresses are left out."""
+    return {
+        norm_guid(hca): (host, hca)
+        for host, hcas in declared
+        for hca in hcas
+        if GUID_BINDING.match(hca)
+    }
+
+
+def owner_of(ca: IbNode, guids: Mapping[str, tuple[str, str]]) -> tuple[str | None, str | None]:
+    """(host, HCA) of a CA: the inventory's GUID for it first (its node GUID, then a port
+    GUID), then its node description ("host mlx5_0"). A CA keeping the adapter's default
+    description ("MT4123 ConnectX6   Mellanox Technologies") has only its GUIDs to go by.
+    (None, None) when neither names a host."""
+    for guid in (ca.guid, *sorted(ca.port_guids)):
+        if guid in guids:
+            return guids[guid]
+    host = ca.hostname
+    return (host, (ca.description or "").split()[1]) if host else (None, None)
 
 
 def _node(fabric: IbFabric, guid: str, kind: str) -> IbNode:

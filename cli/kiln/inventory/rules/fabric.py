@@ -8,6 +8,7 @@ from kiln.inventory.context import COMPUTE, InventoryContext
 from kiln.inventory.findings import FindingCollector, Origin, suggest
 from kiln.inventory.schema import IbSpec
 from kiln.inventory.sources import IGNORED_EXTENSIONS
+from kiln.parsers.ibnetdiscover import declared_guids, owner_of
 
 CAPTURE_HINT = (
     "store the output of `ibnetdiscover` run on a node of the fabric there "
@@ -124,12 +125,16 @@ def capture_is_hidden_from_ansible(ctx: InventoryContext, out: FindingCollector)
 
 def capture_holds_the_compute_nodes(ctx: InventoryContext, out: FindingCollector) -> None:
     """A node the capture lacks is left out of topology.conf; a capture with none of them is
-    another fabric's."""
+    another fabric's. A CA is a host's as topology.conf places it (owner_of): the node or
+    port GUID its kiln_ib_hcas declare, else its node description."""
     capture = ctx.capture
     if capture is None or capture.fabric is None:
         return
     compute = ctx.membership.get(COMPUTE, [])
-    hosts = {ca.hostname for ca in capture.fabric.cas() if ca.hostname}
+    guids = declared_guids(
+        (name, _hcas(ctx.value(host, "kiln_ib_hcas", []))) for name, host in ctx.hosts.items()
+    )
+    hosts = {host for ca in capture.fabric.cas() if (host := owner_of(ca, guids)[0])}
     missing = [n for n in compute if n not in hosts]
     if compute and len(missing) == len(compute):
         out.error(
@@ -138,7 +143,8 @@ def capture_holds_the_compute_nodes(ctx: InventoryContext, out: FindingCollector
             "descriptions are unset",
             origin=_where(ctx),
             key="kiln_slurm",
-            hint="capture this cluster's fabric; rdma-ndd sets node descriptions to '<host> <hca>'",
+            hint="capture this cluster's fabric; rdma-ndd sets node descriptions to "
+            "'<host> <hca>', or declare kiln_ib_hcas by node GUID",
         )
     elif missing:
         shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
@@ -150,6 +156,11 @@ def capture_holds_the_compute_nodes(ctx: InventoryContext, out: FindingCollector
             key="kiln_slurm",
             hint="recapture after fixing their cabling or node descriptions",
         )
+
+
+def _hcas(value: object) -> list[str]:
+    """kiln_ib_hcas as written; a value of the wrong type is another rule's finding."""
+    return [h for h in value if isinstance(h, str)] if isinstance(value, (list, tuple)) else []
 
 
 def _where(ctx: InventoryContext) -> Origin | None:
