@@ -148,6 +148,21 @@ def test_node_probes_pass_and_fail():
     assert full.reading == "/tmp 10 MiB free < 1024 MiB; /var/spool/slurmd missing"
 
 
+def test_the_kernel_clock_is_judged_as_timedated_judges_ntp_synchronized():
+    """systemd-timedated's ntp_synced(): maxerror under 16 s; STA_UNSYNC (0x40) ignored."""
+    synced = checks.kernel_time_findings(250_000, 0x2001)  # STA_PLL | STA_NANO: a daemon's
+    assert synced == [
+        checks.Finding("time_sync", True, "clock synchronised (kernel max error 0.25 s)")
+    ]
+    unsynced = checks.kernel_time_findings(16_000_000, 0x0040)  # the kernel's value at boot
+    assert unsynced == [
+        checks.Finding(
+            "time_sync", False, "clock not synchronised (kernel max error 16 s, STA_UNSYNC)"
+        )
+    ]
+    assert checks.kernel_time_findings(15_999_999, 0x0040)[0].ok  # RTC-only flag, still synced
+
+
 def test_expectations_come_from_the_profile_and_the_inventory():
     h100 = expectations("gpu001", "h100-sxm", 8, ["mlx5_0"], {"link_rate_gbps": 400}, None)
     assert h100["gpu"] == {
@@ -247,6 +262,10 @@ def test_kiln_health_reads_each_nodes_answer():
     assert not node_entry("n1", "unreachable", None, "")["ok"]
     entry = node_entry("n1", "ok", 0, json.dumps(document))
     assert not entry["ok"] and entry["failing"] == [{"check": "mount", "ok": False}]
+    unchecked = {"check": "time_sync", "ok": None, "reading": "probe time_sync could not check"}
+    document = {"kind": "kiln-health", "ok": True, "findings": [unchecked]}
+    entry = node_entry("n1", "ok", 0, json.dumps(document))
+    assert entry["ok"] and entry["failing"] == [] and entry["unchecked"] == [unchecked]
 
 
 def test_the_inventory_knows_every_check_the_node_program_runs():

@@ -65,3 +65,48 @@ def test_a_health_drain_is_resumed_only_with_auto_resume_on():
 def test_a_node_slurm_does_not_know_is_left_alone():
     assert decide(FAIL, {}, auto_resume=True).verb == "none"
     assert decide(PASS, node(), auto_resume=True).verb == "none"
+
+
+# --- issue 27: a drain a later reading cannot disprove stays ------------------------------------
+
+XID_DRAIN = "kiln:health:xid: Xid 79 on PCI 0000:18:00.0: GPU has fallen off the bus."
+IB_DRAIN = "kiln:health:ib_errors: mlx5_0 SymbolErrorCounter +4000 in 5.0 min (> 10/min)"
+ALL_PASS = [
+    Finding("xid", True, "no drain Xid since the last check"),
+    Finding("ib_errors", True, "error counters under 10/min"),
+    Finding("mount", True, "1 mounts present"),
+]
+
+
+@pytest.mark.parametrize("reason", [XID_DRAIN, IB_DRAIN])
+@pytest.mark.parametrize("state", ["IDLE+DRAIN", "MIXED+DRAIN", "DOWN+DRAIN"])
+def test_auto_resume_never_lifts_a_drain_for_an_event_a_later_check_cannot_disprove(reason, state):
+    """The Xid probe reads only NEW kernel lines and ib_errors only the counters' rise since the
+    last check: the next check sees a quiet window whatever the GPU or link is like. Such a
+    drain stays until an operator or a passing burn-in lifts it."""
+    action = decide(ALL_PASS, node(state, reason), auto_resume=True)
+    assert action.verb == "none"
+    assert "operator" in action.why and "burn-in" in action.why
+
+
+def test_a_health_drain_is_lifted_only_when_its_own_check_was_read_and_passed():
+    # mount not run this time (skipped, or not in the subset): nothing disproves the drain
+    others = [Finding("disk", True, "enough free space")]
+    assert decide(others, node("IDLE+DRAIN", HEALTH), auto_resume=True).verb == "none"
+    # mount could not be checked: neither a failure nor a pass
+    unread = [Finding("mount", None, "probe mount could not check: /proc/mounts unreadable")]
+    assert decide(unread, node("IDLE+DRAIN", HEALTH), auto_resume=True).verb == "none"
+    # a health reason that names no check cannot be matched to a reading
+    nameless = format_reason("health", "", "something failed")
+    assert decide(PASS, node("IDLE+DRAIN", nameless), auto_resume=True).verb == "none"
+    assert decide(PASS, node("IDLE+DRAIN", HEALTH), auto_resume=True).verb == "resume"
+
+
+def test_a_check_that_could_not_run_neither_drains_nor_counts_as_failing():
+    unchecked = Finding("time_sync", None, "probe time_sync could not check: no clock readable")
+    assert unchecked.unchecked and unchecked.to_dict()["ok"] is None
+    action = decide([unchecked, *PASS], node("ALLOCATED"), auto_resume=False)
+    assert action.verb == "none"
+    # and it does not hide a real failure beside it
+    action = decide([unchecked, *FAIL], node("ALLOCATED"), auto_resume=False)
+    assert (action.verb, action.reason) == ("drain", HEALTH)

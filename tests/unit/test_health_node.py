@@ -135,11 +135,30 @@ def test_a_drain_xid_drains_the_node_naming_the_probe_and_never_an_operator_drai
 
 def test_a_health_drain_is_lifted_only_with_auto_resume(node_env):
     tmp_path, env, state = node_env
-    (state / "gpu001").write_text(json.dumps({"state": "IDLE+DRAIN", "reason": HEALTH_DRAIN}))
+    drain = "kiln:health:gpu_count: probe gpu: nvidia-smi --query-gpu=index timed out after 10 s"
+    (state / "gpu001").write_text(json.dumps({"state": "IDLE+DRAIN", "reason": drain}))
     assert check(tmp_path, env)[1]["action"]["verb"] == "none"
     assert node(state, "gpu001")["state"] == "IDLE+DRAIN"
     assert check(tmp_path, env, auto_resume=True)[1]["action"]["verb"] == "resume"
     assert node(state, "gpu001") == {"state": "IDLE", "reason": ""}
+
+
+def test_an_xid_drain_outlives_the_quiet_checks_after_it_even_with_auto_resume(node_env):
+    """Issue 27: the Xid probe reads only kernel lines since the last check, so the check after
+    an Xid drain sees none; that is no proof the GPU is good, and the drain stays."""
+    tmp_path, env, state = node_env
+    (tmp_path / "kernel.log").write_text(
+        (REAL / "kernel-xid" / "akash_node4_dmesg_T_grep_NVRM_xid_43_31_94.txt").read_text()
+    )
+    rc, result, _ = check(tmp_path, env, auto_resume=True)
+    assert rc == 1 and result["action"]["verb"] == "drain"
+    (tmp_path / "kernel.log").write_text("")  # the next windows hold no new Xid
+    for _ in range(2):
+        rc, result, _ = check(tmp_path, env, auto_resume=True)
+        assert rc == 0 and result["action"]["verb"] == "none"
+        assert "until an operator or a passing burn-in" in result["action"]["why"]
+    assert node(state, "gpu001")["reason"].startswith(HEALTH_DRAIN)
+    assert len(updates(state)) == 1  # the drain, nothing after it
 
 
 def test_a_hung_nvidia_smi_is_a_failed_check_naming_the_probe_within_its_timeout(node_env):
@@ -154,12 +173,14 @@ def test_a_hung_nvidia_smi_is_a_failed_check_naming_the_probe_within_its_timeout
     assert node(state, "gpu001")["reason"].startswith("kiln:health:gpu_count: probe gpu:")
 
 
-def test_the_prolog_subset_and_report_mode_never_call_scontrol_update(node_env):
+def test_report_mode_never_calls_scontrol_and_the_prolog_drains_naming_the_check(node_env):
     tmp_path, env, state = node_env
-    rc, result, _ = check(tmp_path, env, "--subset", "prolog", mounts=["/kiln-no-such-mount"])
-    assert rc == 1 and {f["check"] for f in result["findings"]} == {"gpu_count", "mount", "disk"}
     rc, result, _ = check(tmp_path, env, "--report", mounts=["/kiln-no-such-mount"])
     assert rc == 1 and not (state / "calls.log").exists()  # scontrol not even asked
+    rc, result, _ = check(tmp_path, env, "--subset", "prolog", mounts=["/kiln-no-such-mount"])
+    assert rc == 1 and {f["check"] for f in result["findings"]} == {"gpu_count", "mount", "disk"}
+    # Issue 27: kiln's reason, placed before Slurm's own "Prolog error" (a no-op on a drained node)
+    assert node(state, "gpu001")["reason"] == "kiln:health:mount: mount /kiln-no-such-mount missing"
     assert not (tmp_path / "state" / "state.json").exists()  # the Xid window is Slurm's run's
 
 

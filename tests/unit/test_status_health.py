@@ -136,3 +136,19 @@ def test_last_cell_from_a_real_node_document(tmp_path):
         "ok": None, "time": None, "text": "not read: sudo: a password is required",
     }  # fmt: skip
     assert last_cell("timeout", "") == {"ok": None, "time": None, "text": "not read (timeout)"}
+
+
+def test_a_check_that_could_not_run_is_said_and_not_counted_unhealthy():
+    """Issue 27: a finding with ok null (the probe could not check) leaves the node healthy."""
+    unchecked = ("time_sync", None, "probe time_sync could not check: timedatectl exit 1")
+    document = json.loads(_document("n1", [("munge", True, "active"), unchecked]))
+    document["ok"] = True  # what kiln.health.node writes: no check failed
+    cell = last_cell("ok", json.dumps(document))
+    assert cell == {
+        "ok": True, "time": "2026-12-01T10:00:00Z",
+        "text": "healthy (could not check time_sync) at 2026-12-01T10:00:00Z",
+    }  # fmt: skip
+    failing = json.loads(_document("n1", [("mount", False, "mount /x missing"), unchecked]))
+    assert last_cell("failed", json.dumps(failing))["text"] == (
+        "FAIL mount: mount /x missing at 2026-12-01T10:00:00Z"  # the unchecked one is no "+1 more"
+    )

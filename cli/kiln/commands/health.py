@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
 from kiln.console import clean, err, print_json, safe
 from kiln.errors import ExitCode
 from kiln.fleet import fold_results, render_text, run_command, select_nodes, summary
@@ -31,6 +32,8 @@ def health(
     fanout: Annotated[int, typer.Option("--fanout", "-f", min=1)] = 64,
     timeout: Annotated[float, typer.Option("--timeout", "-t", min=0.1)] = 60.0,
     json_: Annotated[bool, typer.Option("--json", help="Per-node results as JSON.")] = False,
+    vault_id: VaultIds = None,
+    vault_password_file: VaultPasswordFile = None,
 ) -> int:
     """Run the node health check on the compute nodes (report only: nothing changes in Slurm)
     and print the answers folded by hostlist; --last shows each node's last periodic result.
@@ -42,7 +45,7 @@ def health(
 
         kiln health inventories/sandbox --nodes kiln-node01
     """
-    cluster = require_valid(inventory)
+    cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     selected = select_nodes(cluster, nodes or "kiln_compute")
     command = node_command(last=last, json_=json_)
     result = run_command(selected, command, fanout=fanout, timeout=timeout)
@@ -53,7 +56,8 @@ def health(
             "inventory": str(inventory.resolve()), "nodes_selector": nodes, "last": last,
             "duration": round(result.duration, 3), "ok": healthy,
             "counts": {"healthy": sum(e["ok"] for e in entries),
-                       "unhealthy": sum(not e["ok"] for e in entries)},
+                       "unhealthy": sum(not e["ok"] for e in entries),
+                       "could_not_check": sum(bool(e["unchecked"]) for e in entries)},
             "nodes": entries,
         })  # fmt: skip
     else:

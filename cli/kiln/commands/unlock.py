@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
 from kiln.console import err, safe
 from kiln.errors import EnvironmentProblem
 
@@ -24,6 +25,8 @@ def unlock(
     lock_id: Annotated[
         str | None, typer.Option(help="Accepted for old scripts; a lock has no id to clear.")
     ] = None,
+    vault_id: VaultIds = None,
+    vault_password_file: VaultPasswordFile = None,
 ) -> int:
     """Show the holder of the provision locks (exit 0 free, 3 held). A lock is freed by the
     kernel when its run's process exits or its SSH session to the controller closes, so
@@ -36,7 +39,7 @@ def unlock(
     from kiln.inventory import require_valid
     from kiln.state import lock_status
 
-    cluster = require_valid(inventory)
+    cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     status = lock_status(cluster)
     where = status.where if status.reachable else f"controller lock not checked: {status.where}"
     err.print(safe(where))

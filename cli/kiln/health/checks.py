@@ -4,8 +4,9 @@
     findings = xid_findings(journal_text, expect)       # xid: a drain Xid since the last check
 
 Each function is pure (no I/O, never raises on a fault it is there to find) and returns
-Findings named by check id; the node program (kiln.health.node) runs the tools. The check ids
-are what a drain reason names: `kiln:health:<check id>: <reading>`.
+Findings named by check id (ok True: passes; False: fails; None: the probe could not check);
+the node program (kiln.health.node) runs the tools. The check ids are what a drain reason
+names: `kiln:health:<check id>: <reading>`.
 
 Everything here runs on the node with the node's python3 (3.10 or newer), stdlib and
 kiln.parsers only.
@@ -62,13 +63,26 @@ GPU_CHECKS = (*GPU_QUERY_CHECKS, "nvlink", "fabric_manager", "xid")
 FABRIC_CHECKS = ("ib_port", "ib_errors")
 NODE_CHECKS = ("mount", "time_sync", "slurmd", "munge", "disk")
 CHECKS = GPU_CHECKS + FABRIC_CHECKS + NODE_CHECKS
+# Checks that judge EVENTS in a window since the last check (new kernel Xid lines, the rise of
+# the IB error counters), not a state a later reading shows again: the next check reads a quiet
+# window whatever the GPU or link is like (a drained node runs no traffic), so a later pass does
+# not disprove their failure. kiln.health.decide never auto-resumes their drains.
+EVENT_CHECKS = ("xid", "ib_errors")
 
 
 @dataclass(frozen=True)
 class Finding:
     check: str  # one of CHECKS
-    ok: bool
+    ok: bool | None  # None: the probe could not check (not a failure; it never drains)
     reading: str  # what was read, one line: "7 GPUs, expected 8"
+
+    @property
+    def failed(self) -> bool:
+        return self.ok is False
+
+    @property
+    def unchecked(self) -> bool:
+        return self.ok is None
 
     def to_dict(self) -> dict:
         return {"check": self.check, "ok": self.ok, "reading": self.reading}
@@ -312,6 +326,23 @@ def time_findings(text: str) -> list[Finding]:
     if answer == "yes":
         return [_ok("time_sync", "clock synchronised")]
     return [_fail("time_sync", f"clock not synchronised (NTPSynchronized={answer})")]
+
+
+# systemd-timedated's own rule for NTPSynchronized (src/timedate/timedated.c, ntp_synced()):
+# the kernel's maximum error under 16 s; STA_UNSYNC is ignored (it may be set only to keep the
+# kernel off the RTC). The kernel sets maxerror to 16 s until a time daemon disciplines it.
+MAXERROR_SYNCED_US = 16_000_000
+_STA_UNSYNC = 0x0040
+
+
+def kernel_time_findings(maxerror_us: int, status: int) -> list[Finding]:
+    """adjtimex(2)'s reading of the kernel clock (kiln.health.clock), judged as timedatectl's
+    NTPSynchronized is: what the probe reads when timedatectl cannot answer (no D-Bus)."""
+    flag = ", STA_UNSYNC" if status & _STA_UNSYNC else ""
+    error = f"kernel max error {maxerror_us / 1e6:g} s{flag}"
+    if maxerror_us < MAXERROR_SYNCED_US:
+        return [_ok("time_sync", f"clock synchronised ({error})")]
+    return [_fail("time_sync", f"clock not synchronised ({error})")]
 
 
 def disk_findings(free_mib: dict[str, int | None], expect: dict) -> list[Finding]:

@@ -36,6 +36,7 @@ NODE_FILES = (
     "parsers/slurm.py",
     "health/__init__.py",
     "health/checks.py",
+    "health/clock.py",
     "health/decide.py",
     "health/node.py",
 )

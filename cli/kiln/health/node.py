@@ -2,13 +2,15 @@
 
     kiln-health                  # every probe; drain or resume through scontrol (slurmd, root)
     kiln-health --report         # every probe, nothing changed in Slurm (`kiln health`)
-    kiln-health --subset prolog  # the Prolog's fast subset: exit 1 stops the job, no scontrol
+    kiln-health --subset prolog  # the Prolog's fast subset: a failure drains, exit 1 stops the job
 
 It reads the expectations kiln wrote from the inventory (/etc/kiln/health.json, made by
 kiln.health.expect), runs the probes at once, each under a timeout (a hung nvidia-smi is a failed
 check naming the probe), judges the texts with kiln.health.checks, writes the result to
-<state dir>/last.json, and applies kiln.health.decide's one rule. Exit 0 healthy, 1 not, 2 when
-the expectations cannot be read. stdlib and kiln.parsers only: it runs with the node's python3.
+<state dir>/last.json, and applies kiln.health.decide's one rule. A probe that cannot read what
+it measures (ProbeUnavailable) says "could not check": not a failure, it drains nothing. Exit 0
+healthy (no check failed), 1 not, 2 when the expectations cannot be read. stdlib and
+kiln.parsers only: it runs with the node's python3.
 """
 
 from __future__ import annotations
@@ -23,18 +25,25 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
-from kiln.health import checks
+from kiln.health import checks, clock
 from kiln.health.checks import Finding
 from kiln.health.decide import Action, decide
 from kiln.parsers.drain_reason import node_drain
 
 EXPECT = "/etc/kiln/health.json"
 STATE_DIR = "/var/lib/kiln/health"
-VERSION = 1
+VERSION = 2  # 2: a finding's ok may be null (the probe could not check)
 
 
 class ProbeError(Exception):
     """A tool that could not run or failed: the reading of the probe's failed check."""
+
+
+class ProbeUnavailable(Exception):
+    """The probe could not read what it measures, for a reason that says nothing about it (the
+    time_sync probe with neither D-Bus nor adjtimex): a "could not check" finding, never a
+    failure. Only a probe whose tool's failure is not itself a symptom raises it: a missing or
+    hung nvidia-smi on a GPU node IS one, and stays a failed check."""
 
 
 def run(argv: list[str], timeout: float) -> str:
@@ -120,8 +129,17 @@ class Probes:
         return checks.mount_findings(Path("/proc/mounts").read_text(), self.expect)
 
     def time_sync(self) -> list[Finding]:
+        """timedatectl's NTPSynchronized; when timedatectl cannot answer (no D-Bus, no systemd
+        as PID 1, not installed), the kernel's own state, read as timedated reads it."""
         argv = ["timedatectl", "show", "-p", "NTPSynchronized", "--value"]
-        return checks.time_findings(run(argv, self.timeout))
+        try:
+            return checks.time_findings(run(argv, self.timeout))
+        except ProbeError as error:
+            try:
+                kernel = clock.read_kernel_clock()
+            except OSError as clock_error:
+                raise ProbeUnavailable(f"{error}; {clock_error}") from None
+        return checks.kernel_time_findings(kernel.maxerror_us, kernel.status)
 
     def disk(self) -> list[Finding]:
         return checks.disk_findings(
@@ -183,6 +201,8 @@ def run_probes(expect: dict, state: dict, wanted: set[str]) -> tuple[list[Findin
             found = [Finding(ids[0], False, f"probe {name} timed out after {timeout:g} s")]
         except ProbeError as error:
             found = [Finding(ids[0], False, f"probe {name}: {error}")]
+        except ProbeUnavailable as error:
+            found = [Finding(ids[0], None, f"probe {name} could not check: {error}")]
         except Exception as error:  # noqa: BLE001 - a probe's bug is a failed check, named
             found = [
                 Finding(ids[0], False, f"probe {name} failed: {type(error).__name__}: {error}")
@@ -192,14 +212,18 @@ def run_probes(expect: dict, state: dict, wanted: set[str]) -> tuple[list[Findin
     return findings, {**state, **probes.new_state}
 
 
-def slurm_action(expect: dict, findings: list[Finding], timeout: float) -> Action:
-    """Read this node in Slurm and apply kiln.health.decide's rule through scontrol."""
+def slurm_action(
+    expect: dict, findings: list[Finding], timeout: float, *, resume: bool = True
+) -> Action:
+    """Read this node in Slurm and apply kiln.health.decide's rule through scontrol; `resume`
+    False (the Prolog) only ever drains."""
     name = expect["node"]["name"]
     try:
         info = node_drain(run(["scontrol", "show", "node", name], timeout), name)
     except ProbeError as error:
         return Action("none", why=f"scontrol show node failed ({error}): nothing changed")
-    action = decide(findings, info, auto_resume=bool(expect.get("auto_resume")))
+    auto_resume = resume and bool(expect.get("auto_resume"))
+    action = decide(findings, info, auto_resume=auto_resume)
     if action.verb == "none":
         return action
     update = ["scontrol", "update", f"nodename={name}"]
@@ -231,9 +255,15 @@ def check(expect: dict, state_dir: Path, *, subset: str = "all", report: bool = 
     except (OSError, ValueError):
         state = {}
     findings, new_state = run_probes(expect, state, wanted)
-    action = Action("none", why="report only" if report else f"subset {subset}: no scontrol")
-    if subset == "all" and not report:
-        action = slurm_action(expect, findings, float(expect.get("timeout_s", 10)))
+    ok = not any(f.failed for f in findings)
+    action = Action("none", why="report only" if report else f"subset {subset}: healthy")
+    # Slurm's run applies the whole rule. The Prolog drains a failing node itself, naming the
+    # check, before its exit 1: Slurm's own drain ("Prolog error") is a no-op on a node already
+    # drained (slurmctld's drain_nodes), so the reason operators see is kiln's. A passing Prolog
+    # asks the controller nothing: it runs before every job.
+    if not report and (subset == "all" or not ok):
+        timeout = float(expect.get("timeout_s", 10))
+        action = slurm_action(expect, findings, timeout, resume=subset == "all")
     document = {
         "kind": "kiln-health",
         "version": VERSION,
@@ -241,7 +271,7 @@ def check(expect: dict, state_dir: Path, *, subset: str = "all", report: bool = 
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "subset": subset,
         "duration_s": round(time.monotonic() - started, 3),
-        "ok": all(f.ok for f in findings),
+        "ok": ok,
         "findings": [f.to_dict() for f in findings],
         "action": {"verb": action.verb, "reason": action.reason, "why": action.why},
     }
@@ -255,9 +285,13 @@ def check(expect: dict, state_dir: Path, *, subset: str = "all", report: bool = 
 
 def render(document: dict) -> str:
     """Text that folds: identical on healthy nodes (no times, no durations)."""
-    lines = [f"FAIL {f['check']}: {f['reading']}" for f in document["findings"] if not f["ok"]]
-    passed = sum(1 for f in document["findings"] if f["ok"])
-    lines.append(f"{'healthy' if document['ok'] else 'UNHEALTHY'}: {passed} checks pass")
+    findings = document["findings"]
+    lines = [f"FAIL {f['check']}: {f['reading']}" for f in findings if f["ok"] is False]
+    lines += [f"NOT CHECKED {f['check']}: {f['reading']}" for f in findings if f["ok"] is None]
+    passed = sum(1 for f in findings if f["ok"])
+    unchecked = sum(1 for f in findings if f["ok"] is None)
+    summary = f"{passed} checks pass" + (f", {unchecked} could not check" if unchecked else "")
+    lines.append(f"{'healthy' if document['ok'] else 'UNHEALTHY'}: {summary}")
     if document["action"]["verb"] != "none":
         lines.append(f"slurm: {document['action']['verb']} {document['action']['reason']}".rstrip())
     return "\n".join(lines) + "\n"

@@ -51,7 +51,9 @@ def node_entry(host: str, status: str, exit_code: int | None, stdout: str) -> di
         # The document's verdict; without one (text output) the program's exit code: 0 healthy.
         "ok": bool(document.get("ok")) if document else (status == "ok" and exit_code == 0),
         "result": document,
-        "failing": [f for f in (document or {}).get("findings", []) if not f.get("ok")],
+        "failing": [f for f in (document or {}).get("findings", []) if f.get("ok") is False],
+        # probes that could not check (ok null): said, never counted as failing
+        "unchecked": [f for f in (document or {}).get("findings", []) if f.get("ok") is None],
     }
 
 
@@ -68,9 +70,12 @@ def last_cell(status: str, stdout: str, stderr: str = "") -> dict:
         said = (stderr.strip().splitlines() or ["no result document"])[-1][:120]
         return {"ok": None, "time": None, "text": f"not read: {said}"}
     when = str(document.get("time", "?"))
+    findings = document.get("findings", [])
     if document.get("ok"):
-        return {"ok": True, "time": when, "text": f"healthy at {when}"}
-    failing = [f for f in document.get("findings", []) if not f.get("ok")]
+        unchecked = [str(f.get("check")) for f in findings if f.get("ok") is None]
+        but = f" (could not check {', '.join(unchecked)})" if unchecked else ""
+        return {"ok": True, "time": when, "text": f"healthy{but} at {when}"}
+    failing = [f for f in findings if f.get("ok") is False]
     first = failing[0] if failing else {"check": "?", "reading": "unhealthy"}
     more = f" (+{len(failing) - 1} more)" if len(failing) > 1 else ""
     text = f"FAIL {first.get('check')}: {first.get('reading')}{more} at {when}"
