@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kiln.health.checks import EVENT_CHECKS, Finding
-from kiln.parsers.drain_reason import format_reason, parse_reason
+from kiln.parsers.drain_reason import format_reason, may_lift, parse_reason
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def decide(findings: list[Finding], node: dict, *, auto_resume: bool) -> Action:
         if reason:
             return Action("none", why=f"already drained or down with reason {reason!r}: kept")
         return Action("drain", reason=health_reason(failed[0]), why=f"{len(failed)} checks fail")
-    if parsed is None or parsed.kind != "health":
+    if parsed is None or not may_lift(reason, "health"):  # the one drain policy
         return Action("none", why="healthy; no kiln health drain to lift")
     if not auto_resume:
         return Action("none", why="healthy; auto_resume is off, the health drain stays")

@@ -82,7 +82,7 @@ POLICY = {
         "health", "the health check (Slurm's HealthCheckProgram, Prolog, `kiln health`)",
         ("burnin", "health"),
         "when a burn-in passes, or (auto_resume on) the health check reads the probe healthy "
-        "again, for a finding a later reading can disprove (never an Xid)",
+        "again, for a finding a later reading can disprove (never an Xid or IB error counters)",
     ),
     "maintenance": DrainPolicy(
         "maintenance", "a rolling change (slurm_maintenance: driver upgrade, reboot)",
