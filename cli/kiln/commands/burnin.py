@@ -197,34 +197,38 @@ def burnin(
         drain=not no_drain,
         wait_minutes=wait_timeout if wait else None,
     )
-    outcome = burn_in(cluster, options, install=not skip_runtime, progress=progress)
-    report = outcome.report
-    for node, reason in outcome.drained.items():
-        err.print(f"[bold red]drained[/] {safe(node)}: {safe(reason)}")
-    for node in outcome.resumed:
-        err.print(f"[green]resumed[/] {safe(node)}")
-    for node, why in outcome.not_tested.items():
+    from kiln.commands._lock import cluster_lock
+
+    with cluster_lock(cluster, "burnin"):  # exit 3 naming the holder if locked
+        outcome = burn_in(cluster, options, install=not skip_runtime, progress=progress)
+        report = outcome.report
+        for node, reason in outcome.drained.items():
+            err.print(f"[bold red]drained[/] {safe(node)}: {safe(reason)}")
+        for node in outcome.resumed:
+            err.print(f"[green]resumed[/] {safe(node)}")
+        for node, why in outcome.not_tested.items():
+            err.print(
+                f"[yellow]{safe(node)}[/]: {safe(why)}"
+            )  # "not tested (busy): job 4711 (alice) ..."
+        # The cluster's state on the controller keeps the last verdict per node, for any runner.
+        at = datetime.now(UTC).isoformat(timespec="seconds")
+        pushed = push_verdicts(cluster, node_results(outcome), outcome.run_id, at)
+        err.print(f"[dim]{safe(pushed)}[/]")
+        if output is not None:
+            for name in ("report.json", "report.xml", "report.html"):
+                with writing(output / name):
+                    shutil.copy2(outcome.run_dir / name, output / name)
         err.print(
-            f"[yellow]{safe(node)}[/]: {safe(why)}"
-        )  # "not tested (busy): job 4711 (alice) ..."
-    # The cluster's state on the controller keeps the last verdict per node, for any runner.
-    at = datetime.now(UTC).isoformat(timespec="seconds")
-    err.print(f"[dim]{safe(push_verdicts(cluster, node_results(outcome), outcome.run_id, at))}[/]")
-    if output is not None:
-        for name in ("report.json", "report.xml", "report.html"):
-            with writing(output / name):
-                shutil.copy2(outcome.run_dir / name, output / name)
-    err.print(
-        f"burn-in {outcome.suite.name} on {len(outcome.nodes)} node(s) in "
-        f"{outcome.timings.get('total', 0):.0f}s: "
-        + _verdict(report)
-        + f"; run record {outcome.run_dir}"
-    )
-    if json or fmt is Format.json:
-        print_json("burnin", outcome.to_dict())
-    elif fmt is Format.table:
-        out.print(render_table(report))
-    else:
-        sys.stdout.write(render(report, fmt.value))
-        sys.stdout.flush()
-    return int(ExitCode.OK if report.passed else ExitCode.FAILED)
+            f"burn-in {outcome.suite.name} on {len(outcome.nodes)} node(s) in "
+            f"{outcome.timings.get('total', 0):.0f}s: "
+            + _verdict(report)
+            + f"; run record {outcome.run_dir}"
+        )
+        if json or fmt is Format.json:
+            print_json("burnin", outcome.to_dict())
+        elif fmt is Format.table:
+            out.print(render_table(report))
+        else:
+            sys.stdout.write(render(report, fmt.value))
+            sys.stdout.flush()
+        return int(ExitCode.OK if report.passed else ExitCode.FAILED)

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from kiln.commands._lock import cluster_lock
 from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
 from kiln.console import err, folded, out, print_json, safe
 from kiln.errors import ExitCode
@@ -81,5 +82,6 @@ def drain(
     """
     cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     selected = select_nodes(cluster, nodes)
-    result = drain_nodes(cluster, selected, reason)
+    with cluster_lock(cluster, "drain", read=False):  # exit 3 naming the holder if locked
+        result = drain_nodes(cluster, selected, reason)
     return render(result, inventory, json_)

@@ -122,13 +122,13 @@ def provision(
         kiln provision inventories/sandbox --yes
     """
     from kiln.commands import _drift
+    from kiln.commands._lock import cluster_lock
     from kiln.inventory import require_valid
     from kiln.inventory.batches import normalize_batch_size
     from kiln.plan import PlanOptions, make_plan
     from kiln.plan.stages import select_stages
     from kiln.records.runs import ensure_writable, new_run_id, state_dir
     from kiln.runner.execute import execute
-    from kiln.state import SharedState
 
     cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     selected = select_stages(stages)
@@ -144,10 +144,9 @@ def provision(
     _confirm(cluster, [planned.stage for planned in plan.stages], yes, check)
     ensure_writable(state_dir())  # exit 3 naming it, before any lock is taken
     run_id = new_run_id()
-    with SharedState(cluster, run_id=run_id) as shared:  # exit 3 naming the holder if locked
-        shown = len(shared.notes)
-        for note in shared.notes:
-            err.print(safe(note))
+    # exit 3 naming the holder if locked; a lock lost on the way stops the run before its next
+    # stage or shard, and the command exits 3 saying so (after the summary)
+    with cluster_lock(cluster, "provision", run_id=run_id) as shared:
         if new_nodes:  # the joined nodes, read under the lock
             plan = make_plan(cluster, replace(options, joined=shared.joined()))
         full_plan, probed = plan, None
@@ -157,12 +156,11 @@ def provision(
             plan = probed.plan
         with StageDisplay() as display:
             result = execute(plan, listener=display, lock=shared, run_id=run_id)
-        _drift.record(cluster, result, probed, full_plan)
-        shared.push_run(result.to_dict())
-        for note in shared.notes[shown:]:
-            err.print(safe(note))
-    if json_:
-        print_json("provision", result.to_dict())
-    else:
-        render_summary(result)
+        if shared.still_held():  # without the lock, nothing more is written on the cluster
+            _drift.record(cluster, result, probed, full_plan)
+            shared.push_run(result.to_dict())
+        if json_:
+            print_json("provision", result.to_dict())
+        else:
+            render_summary(result)
     return result.exit_code

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from kiln.commands._lock import cluster_lock
 from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
 from kiln.commands.drain import NODES_HELP, render
 from kiln.fleet import select_nodes
@@ -45,5 +46,6 @@ def resume(
     """
     cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     selected = select_nodes(cluster, nodes)
-    result = resume_nodes(cluster, selected, force=force)
+    with cluster_lock(cluster, "resume", read=False):  # exit 3 naming the holder if locked
+        result = resume_nodes(cluster, selected, force=force)
     return render(result, inventory, json_)

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from kiln.commands._lock import cluster_lock
 from kiln.commands._progress import StageDisplay
 from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
 from kiln.commands.provision import _confirm, render_summary
@@ -47,8 +48,8 @@ def rotate_munge_key(
     # The munge role makes the key, copies it everywhere, restarts munge, then proves that a
     # controller credential decodes on every node: the run's result is the report.
     plan = make_plan(cluster, PlanOptions(stages=stages, extravars=ROTATE_EXTRAVARS))
-    with StageDisplay() as display:
-        result = execute(plan, listener=display)
+    with cluster_lock(cluster, "slurm rotate-munge-key") as shared, StageDisplay() as display:
+        result = execute(plan, listener=display, lock=shared)  # exit 3 naming the holder
     summary = {**result.to_dict(), "rotated": result.ok}
     if json_:
         print_json("slurm-rotate-munge-key", summary)

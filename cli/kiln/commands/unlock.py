@@ -2,7 +2,9 @@
 
 Both locks are kernel locks held by the run itself (flock on a local file; flock held by a shell
 on the controller whose stdin is the run's SSH channel), so neither outlives its run: there is
-never a stale lock to clear. `--force` says so instead of breaking a live run's lock.
+never a stale lock to clear. `--force` takes the cluster's lock for an instant, as every command
+that changes the cluster does (kiln.commands._lock): it succeeds only when no live run holds it,
+so it can never break one, and it clears the holder record a killed run left behind.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from kiln.commands._lock import cluster_lock
 from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
 from kiln.console import err, safe
 from kiln.errors import EnvironmentProblem
@@ -45,11 +48,17 @@ def unlock(
     err.print(safe(where))
     holders = [("local", status.local), ("controller", status.controller)]
     held = [(kind, info) for kind, info in holders if info is not None]
-    if not held:
+    if not held and force:  # take it for an instant: exit 3 naming the holder if one came
+        with cluster_lock(cluster, "unlock --force", read=False) as shared:
+            stale = shared.cleared_stale
         err.print(
-            f"{safe(str(cluster.inventory_dir))} is not locked"
-            + (": nothing to clear (a lock cannot outlive its run)" if force else "")
+            f"{safe(str(cluster.inventory_dir))} is not locked: nothing to clear (a lock cannot "
+            "outlive its run)"
+            + (f"; cleared the record a killed run left: {safe(stale.describe())}" if stale else "")
         )
+        return 0
+    if not held:
+        err.print(f"{safe(str(cluster.inventory_dir))} is not locked")
         return 0
     lines = "; ".join(f"{kind} lock held by {info.describe()}" for kind, info in held)
     raise EnvironmentProblem(

@@ -10,6 +10,10 @@ reported as `cleared_stale` when the next run takes the lock.
 
 This is the local lock: it keeps two runs from one state dir apart. Two runs from two machines or
 directories are kept apart by the lock on the controller (kiln.state, docs/gitops.md).
+
+A command that holds the cluster's lock (kiln.state.SharedState) lends it to the code it calls
+(`lend`): a stage run inside it (`kiln burnin` installing its runtime) runs under that hold
+(`lent`) instead of taking the local lock a second time and finding it held by itself.
 """
 
 from __future__ import annotations
@@ -43,11 +47,13 @@ class LockInfo:
     inventory: str
     run_id: str | None = None
     user: str = "unknown"
+    command: str | None = None  # the kiln command holding it: provision, burnin, drain ...
 
     def describe(self) -> str:
         run = f", run {self.run_id}" if self.run_id else ""
+        what = f"`kiln {self.command}` by " if self.command else ""
         return (
-            f"{self.user} (pid {self.pid} on {self.host}) since {self.started}{run} "
+            f"{what}{self.user} (pid {self.pid} on {self.host}) since {self.started}{run} "
             f"(lock id {self.lock_id})"
         )
 
@@ -61,7 +67,7 @@ class LockInfo:
             return cls("unknown", -1, "unknown", "unknown", inventory)
 
     @classmethod
-    def mine(cls, inventory: str, run_id: str | None) -> LockInfo:
+    def mine(cls, inventory: str, run_id: str | None, command: str | None = None) -> LockInfo:
         try:
             user = getpass.getuser()
         except (KeyError, OSError):
@@ -74,6 +80,7 @@ class LockInfo:
             inventory=inventory,
             run_id=run_id,
             user=user,
+            command=command,
         )
 
 
@@ -119,15 +126,44 @@ def read_lock(inventory: Path, state: Path | None = None) -> LockInfo | None:
         os.close(fd)
 
 
+class LockLost(EnvironmentProblem):
+    """The run no longer holds its lock: another run may hold it now (exit 3)."""
+
+
+_LENT: dict[Path, Any] = {}  # lock file -> the hold this process lends on it
+
+
+def lend(path: Path, hold: Any) -> None:
+    """This process holds the lock on `path` through `hold` (kiln.state.SharedState)."""
+    _LENT[path] = hold
+
+
+def unlend(path: Path, hold: Any) -> None:
+    if _LENT.get(path) is hold:
+        del _LENT[path]
+
+
+def lent(inventory: Path, state: Path | None = None) -> Any | None:
+    """The hold this process already has on `inventory`'s lock, or None."""
+    return _LENT.get(lock_path(Path(inventory).resolve(), state))
+
+
 class InventoryLock:
     """Context manager: `with InventoryLock(inventory, run_id=...) as lock:`."""
 
     where = "local"
 
-    def __init__(self, inventory: Path, *, run_id: str | None = None, state: Path | None = None):
+    def __init__(
+        self,
+        inventory: Path,
+        *,
+        run_id: str | None = None,
+        state: Path | None = None,
+        command: str | None = None,
+    ):
         self.inventory = Path(inventory).resolve()
         self.path = lock_path(self.inventory, state)
-        self.run_id = run_id
+        self.run_id, self.command = run_id, command
         self.info: LockInfo | None = None
         self.cleared_stale: LockInfo | None = None
         self._fd: int | None = None
@@ -153,7 +189,7 @@ class InventoryLock:
             )
         try:
             previous = _parse(os.pread(fd, 1 << 16, 0).decode(errors="replace"), self.inventory)
-            info = LockInfo.mine(str(self.inventory), self.run_id)
+            info = LockInfo.mine(str(self.inventory), self.run_id, self.command)
             data = (json.dumps(asdict(info)) + "\n").encode()
             os.ftruncate(fd, 0)
             os.pwrite(fd, data, 0)
@@ -164,6 +200,23 @@ class InventoryLock:
             ) from error
         self._fd, self.info, self.cleared_stale = fd, info, previous
         return info
+
+    def check(self) -> None:
+        """Raise unless `path` is still the file this lock holds: removing or replacing it lets
+        another run lock a new file while this one holds the old (see the module's docstring)."""
+        if self._fd is None:
+            return
+        held = os.fstat(self._fd)
+        try:
+            now_there = os.stat(self.path)
+            same = (now_there.st_dev, now_there.st_ino) == (held.st_dev, held.st_ino)
+        except OSError:
+            same = False
+        if not same:
+            raise LockLost(
+                f"the local lock {self.path} was lost: the file was removed or replaced",
+                hint="another run may hold it now; never remove a lock file (kiln unlock)",
+            )
 
     def release(self) -> None:
         if self._fd is None:

@@ -22,11 +22,12 @@ from kiln.plan import Plan, StagePlan
 from kiln.plan.model import RUN_INVENTORY
 from kiln.plan.shards import Shard, parallel_limit
 from kiln.plan.stages import Stage
-from kiln.records.lock import InventoryLock
+from kiln.records.lock import InventoryLock, lent
 from kiln.records.runs import RunRecord, ensure_writable, new_run_id, now, state_dir, unwritable
 from kiln.runner import engine, merge, workers
 from kiln.runner.engine import PlaybookRequest, PlaybookResult
 from kiln.runner.events import CappedLog, EventRecorder, ProgressAggregator, StageProgress
+from kiln.runner.hold import StopCheck
 from kiln.runner.private import RunSecrets
 from kiln.runner.result import RunResult
 
@@ -61,8 +62,9 @@ def execute(
 ) -> RunResult:
     """Run the plan's stages; returns the result (also on disk as the record's summary).
 
-    `lock`: a lock the caller already holds for this run (kiln.state.SharedState, with `.info`
-    and `.cleared_stale`); without one, the local inventory lock is taken here."""
+    `lock`: a lock the caller already holds for this run (kiln.state.SharedState, with `.info`,
+    `.cleared_stale` and `.check()`, asked before each stage and shard: kiln.runner.hold);
+    without one, the hold this process lends on the inventory, else the local lock taken here."""
     listener = listener or _Quiet()
     state = state or state_dir()
     inventory = plan.inventory_dir
@@ -71,6 +73,7 @@ def execute(
     )  # no secret in the record (kiln.runner.private)
     run_id = run_id or new_run_id()
     ensure_writable(state)
+    lock = lock if lock is not None else lent(inventory, state)
     held = nullcontext(lock) if lock is not None else None
     with secrets, held or InventoryLock(inventory, run_id=run_id, state=state) as lock:
         record = RunRecord.create(state, run_id)
@@ -92,7 +95,7 @@ def execute(
             unchanged={k: sorted(v) for k, v in plan.options.skip.items() if v},
         )
         try:
-            run = _Run(plan, record, result, listener, secrets)
+            run = _Run(plan, record, result, listener, secrets, StopCheck(lock))
             with record.events_path.open("a", buffering=1) as stream:
                 run.log = CappedLog(stream, _log_cap())
                 try:
@@ -175,8 +178,10 @@ class _Run:
         result: RunResult,
         listener: Listener,
         secrets: RunSecrets | None = None,
+        hold: StopCheck | None = None,
     ) -> None:
         self.secrets = secrets or RunSecrets(set(), None)
+        self.hold = hold or StopCheck(None)
         self.plan = plan
         self.rollout = plan.rollout
         self.record = record
@@ -200,6 +205,11 @@ class _Run:
                     why = "unchanged on every host (drift probe)"
                 self.result.stages.append(merge.skipped_stage(stage, why))
                 continue
+            if (lost := self.hold.why()) is not None:  # never start a stage without the lock
+                self.result.stopped = {"stage": stage.name, "reason": lost}
+                for later in stages[index:]:
+                    self.result.stages.append(merge.skipped_stage(later.stage, "lock lost"))
+                return
             entry = self.stage(planned, hosts)
             self.result.stages.append(entry)
             self.listener.stage_finished(stage, entry)
@@ -259,6 +269,9 @@ class _Run:
         with ThreadPoolExecutor(max_workers=limit, thread_name_prefix="kiln-shard") as pool:
             while pending or running:
                 while pending and len(running) < limit and stop is None:
+                    if (lost := self.hold.why()) is not None:  # nor a shard
+                        stop = (lost, False)
+                        break
                     shard = pending.pop(0)
                     running[pool.submit(self.shard, stage, shard, aggregate)] = shard
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -328,6 +341,7 @@ class _Run:
                 **self.extravars,
                 "kiln_batch_size": self.rollout.batch_size,
                 "kiln_max_fail_percentage": self.rollout.max_fail_percentage,
+                "kiln_disruption_budget": self.plan.disruption_budget(stage.name),
                 "kiln_run_id": self.record.run_id,
                 "kiln_shard": shard.name,
             },

@@ -28,7 +28,7 @@ from typing import Any
 from kiln.errors import EnvironmentProblem
 from kiln.fleet import settings_for
 from kiln.inventory import Cluster
-from kiln.records.lock import InventoryLock, LockInfo, read_lock
+from kiln.records.lock import InventoryLock, LockInfo, LockLost, lend, read_lock, unlend
 from kiln.records.runs import GOOD, provisioned_hosts, read_summary, state_dir
 from kiln.state import cluster as doc
 from kiln.state.controller import (
@@ -66,6 +66,11 @@ class SharedState:
     shared.joined()    nodes that have joined (the controller's state, and local records)
     shared.push_run()  record a finished run in the controller's state
     shared.notes       lines for the operator (which backend, and why)
+    shared.check()     LockLost (exit 3) unless the run still holds its locks: before each action
+    shared.lost        whether a check or the heartbeat found the lock lost (still_held(): asks)
+
+    `command` names the holder's kiln command for whoever finds the lock held; `read=False`
+    skips reading the cluster's state (a command that only needs the lock: drain, resume).
     """
 
     def __init__(
@@ -75,18 +80,23 @@ class SharedState:
         run_id: str | None = None,
         state: Path | None = None,
         remote_factory: RemoteFactory | None = None,
+        command: str | None = None,
+        read: bool = True,
     ) -> None:
         self.cluster = cluster
-        self.run_id = run_id
+        self.run_id, self.command, self.read = run_id, command, read
         self.state = state or state_dir()
         self.spec = cluster.state
         self.remote_factory = remote_factory or controller_remote
-        self.local = InventoryLock(cluster.inventory_dir, run_id=run_id, state=self.state)
+        self.local = InventoryLock(
+            cluster.inventory_dir, run_id=run_id, state=self.state, command=command
+        )
         self.remote: Remote | None = None
         self.controller: ControllerLock | None = None
         self.backend = "local"
         self.notes: list[str] = []
         self._state: dict[str, Any] = {}
+        self._lost: LockLost | None = None
 
     @property
     def info(self) -> LockInfo | None:
@@ -94,11 +104,34 @@ class SharedState:
 
     @property
     def cleared_stale(self) -> LockInfo | None:
-        return self.local.cleared_stale
+        return (self.controller and self.controller.cleared_stale) or self.local.cleared_stale
 
     @property
     def lost(self) -> bool:
-        return self.controller is not None and self.controller.lost.is_set()
+        return self._lost is not None or (
+            self.controller is not None and self.controller.lost.is_set()
+        )
+
+    def check(self) -> None:
+        """Raise LockLost unless this run still holds its locks (a round trip to the
+        controller); once lost, always."""
+        if self._lost is None:
+            try:
+                self.local.check()
+                if self.controller is not None:
+                    self.controller.check()
+            except LockLost as error:
+                self._lost = error
+        if self._lost is not None:
+            raise self._lost
+
+    def still_held(self) -> bool:
+        """check(), as a yes or no."""
+        try:
+            self.check()
+        except LockLost:
+            return False
+        return True
 
     def acquire(self) -> SharedState:
         self.local.acquire()
@@ -107,6 +140,7 @@ class SharedState:
         except BaseException:
             self.release()
             raise
+        lend(self.local.path, self)  # a stage run inside the command runs under this hold
         return self
 
     def _take_controller(self) -> None:
@@ -120,11 +154,12 @@ class SharedState:
                 self.remote,
                 str(self.cluster.inventory_dir),
                 run_id=self.run_id,
+                command=self.command,
                 directory=self.spec.path,
             )
             lock.acquire()
             try:
-                self._state = read_state(self.remote, self.spec.path)
+                self._state = read_state(self.remote, self.spec.path) if self.read else {}
             except BaseException:
                 lock.release()
                 raise
@@ -208,6 +243,7 @@ class SharedState:
         self.remote = None
 
     def release(self) -> None:
+        unlend(self.local.path, self)
         if self.controller is not None:
             self.controller.release()
             self.controller = None

@@ -13,6 +13,11 @@ heartbeat line every HEARTBEAT_S; a shell that hears nothing for TTL_S (a connec
 without a FIN, which sshd may not notice for hours) exits too. So no lock outlives its holder,
 and nothing ever needs to take a lock over from a dead holder.
 
+The holder notices a lost lock: the shell answers every line with `KILN-LOCK-OK` while `lock`
+is still the file it holds (`KILN-LOCK-LOST` and exit when someone removed or replaced it), and
+the session ends when the shell does (killed, timed out). `check()` asks once and raises
+LockLost; kiln asks before each stage and shard (docs/operations.md, "The cluster lock").
+
 The commands run as the login user when the directory is writable to it, else under `sudo -n`.
 """
 
@@ -21,10 +26,11 @@ from __future__ import annotations
 import json
 import shlex
 import threading
+import time
 from dataclasses import asdict
 
 from kiln.errors import EnvironmentProblem
-from kiln.records.lock import LockInfo
+from kiln.records.lock import LockInfo, LockLost
 from kiln.state.remote import Remote, RemoteUnavailable, Session, run
 
 DEFAULT_DIR = "/var/lib/kiln/state"
@@ -38,6 +44,7 @@ TAKEN, HELD, FREE, UNWRITABLE = (
     "KILN-LOCK-FREE",
     "KILN-STATE-UNWRITABLE",
 )
+STILL, GONE = "KILN-LOCK-OK", "KILN-LOCK-LOST"
 
 _OPEN = (
     'umask 077; mkdir -p "$D" 2>/dev/null && [ -w "$D" ] '
@@ -47,11 +54,17 @@ _OPEN = (
 LOCK_SCRIPT = (
     _OPEN + f'exec 9>>"$D/lock" || {{ echo "{UNWRITABLE} cannot open $D/lock"; exit 4; }}\n'
     f'if ! flock -w 1 9; then echo {HELD}; cat "$D/holder.json" 2>/dev/null; exit 3; fi\n'
+    # what a killed holder left (the kernel freed its lock): reported as cleared_stale
+    "P=$(head -c 4096 \"$D/holder.json\" 2>/dev/null | tr -d '\\n')\n"
     'printf "%s\\n" "$H" >"$D/holder.json.tmp" && mv -f "$D/holder.json.tmp" "$D/holder.json" '
     f'|| {{ echo "{UNWRITABLE} cannot write $D/holder.json"; exit 4; }}\n'
-    f"echo {TAKEN}\n"
-    'while IFS= read -r -t "$T" _; do :; done\n'
-    ': >"$D/holder.json"\n'
+    f'echo "{TAKEN} $P"\n'
+    'while IFS= read -r -t "$T" _; do\n'
+    f'  [ /dev/fd/9 -ef "$D/lock" ] || {{ echo "{GONE} $D/lock was removed or replaced"; '
+    "exit 5; }\n"
+    f"  echo {STILL}\n"
+    "done\n"
+    '[ /dev/fd/9 -ef "$D/lock" ] && : >"$D/holder.json"\n'
 )
 PROBE_SCRIPT = (
     f'[ -e "$D/lock" ] || {{ echo {FREE}; exit 0; }}\n'
@@ -164,24 +177,29 @@ class ControllerLock:
         inventory: str,
         *,
         run_id: str | None = None,
+        command: str | None = None,
         directory: str = DEFAULT_DIR,
         ttl: int = TTL_S,
         heartbeat: float = HEARTBEAT_S,
     ) -> None:
         self.remote = remote
         self.inventory = inventory
-        self.run_id = run_id
+        self.run_id, self.command = run_id, command
         self.directory = directory
         self.ttl, self.heartbeat = ttl, heartbeat
         self.where = f"controller {remote.where}:{directory}"
         self.info: LockInfo | None = None
         self.cleared_stale: LockInfo | None = None
         self.lost = threading.Event()
+        self.lost_reason: str | None = None
         self._stop = threading.Event()
         self._session: Session | None = None
+        self._talk = threading.Lock()  # one question to the holder shell at a time
+        self._owed = 0  # answers asked for and not read yet (a slow controller)
+        self._answered = 0.0  # monotonic time of the last answer
 
     def acquire(self) -> LockInfo:
-        info = LockInfo.mine(self.inventory, self.run_id)
+        info = LockInfo.mine(self.inventory, self.run_id, self.command)
         holder = json.dumps(asdict(info))
         session = self.remote.open(command(LOCK_SCRIPT, self.directory, H=holder, T=str(self.ttl)))
         try:
@@ -189,8 +207,10 @@ class ControllerLock:
         except TimeoutError:
             session.close()
             raise StateUnavailable(f"{self.remote.where} did not answer the lock request") from None
-        if first == TAKEN:
+        if first is not None and first.split(" ", 1)[0] == TAKEN:
             self._session, self.info = session, info
+            self.cleared_stale = _holder(first.split(" ", 1)[1:])
+            self._answered = time.monotonic()
             threading.Thread(target=self._beat, daemon=True, name="kiln-lock-heartbeat").start()
             return info
         lines = _rest(session, first)
@@ -205,14 +225,57 @@ class ControllerLock:
             )
         raise _unavailable(self.remote.where, lines)
 
-    def _beat(self) -> None:
-        session = self._session
-        while session is not None and not self._stop.wait(self.heartbeat):
+    def _lose(self, why: str) -> None:
+        if not self.lost.is_set() and not self._stop.is_set():  # not our own release
+            self.lost_reason = why
+            self.lost.set()
+
+    def _ask(self, timeout: float) -> bool:
+        """Send one line, read the answers owed: True when the shell says it still holds the
+        lock, False when it did not answer in `timeout` (undecided); a lost lock sets `lost`."""
+        with self._talk:
+            session = self._session
+            if self.lost.is_set() or session is None:
+                return False
             try:
                 session.send(b"\n")
             except Exception:  # noqa: BLE001 - the channel is gone: so is the lock
-                self.lost.set()
-                return
+                self._lose(
+                    "its session on the controller closed (the holder shell ended, or "
+                    "the connection dropped)"
+                )
+                return False
+            self._owed += 1
+            while self._owed:
+                try:
+                    line = session.readline(timeout)
+                except TimeoutError:
+                    return False
+                if line is None:
+                    self._lose("its holder shell on the controller ended (killed, or timed out)")
+                    return False
+                if line.startswith(GONE):
+                    self._lose(line[len(GONE) :].strip())
+                    return False
+                self._owed -= line == STILL
+            self._answered = time.monotonic()
+            return True
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat) and not self.lost.is_set():
+            answered = self._ask(ANSWER_S)
+            if not answered and time.monotonic() - self._answered > self.ttl:
+                self._lose(f"the controller has not answered for {self.ttl} s")
+
+    def check(self) -> None:
+        """Raise LockLost unless the controller confirms, now, that this run holds the lock."""
+        if not self.lost.is_set() and not self._ask(ANSWER_S) and not self.lost.is_set():
+            self._lose(f"the controller did not confirm it within {ANSWER_S:g} s")
+        if self.lost.is_set():
+            raise LockLost(
+                f"the cluster's lock on {self.where} was lost: {self.lost_reason}",
+                hint="another run may hold it now (kiln unlock shows the holder)",
+            )
 
     def release(self) -> None:
         self._stop.set()
