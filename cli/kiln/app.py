@@ -263,7 +263,11 @@ def _terminate(signum: int, frame: object) -> None:
     cancels its jobs and deletes its reservation), then kiln exits 143. A second SIGTERM while
     that runs is ignored, so it is not cut short."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _TERMINATED.append(signum)
     raise Terminated()
+
+
+_TERMINATED: list[int] = []  # typer turns any KeyboardInterrupt into exit 130: this tells them apart
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -274,4 +278,7 @@ def main(argv: list[str] | None = None) -> None:
         result = cli()(args=argv, prog_name="kiln", standalone_mode=False)
     except (Exception, KeyboardInterrupt) as error:
         sys.exit(_exit_code(error))
+    if _TERMINATED and result == ExitCode.INTERRUPTED:
+        sys.stderr.write("terminated (SIGTERM)\n")
+        sys.exit(int(ExitCode.TERMINATED))
     sys.exit(int(result or 0))

@@ -42,3 +42,34 @@ def test_the_real_cli_prints_no_traceback(argv, says):
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and says in proc.stderr
+
+
+def test_sigterm_runs_the_commands_clean_up_and_exits_143(monkeypatch, capsys):
+    """A pipeline cancel sends SIGTERM: it reaches the command as Terminated (a
+    KeyboardInterrupt, so every Ctrl-C clean-up runs), and kiln exits 143, not 130."""
+    import os
+    import signal
+    import time
+
+    from kiln import app
+    from kiln.commands import validate as command
+
+    cleaned = []
+
+    def long_work(*args, **kwargs):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # interrupted by the handler at once
+        finally:
+            cleaned.append("clean-up ran")
+
+    monkeypatch.setattr(command, "load_cluster", long_work)
+    monkeypatch.setattr(app, "_TERMINATED", [])  # this process's record of a SIGTERM
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(SystemExit) as exited:
+            app.main(["validate", "inventories/sandbox"])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert exited.value.code == 143 and cleaned == ["clean-up ran"]
+    assert "terminated (SIGTERM)" in capsys.readouterr().err
