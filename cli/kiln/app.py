@@ -267,7 +267,8 @@ def _terminate(signum: int, frame: object) -> None:
     raise Terminated()
 
 
-_TERMINATED: list[int] = []  # typer turns any KeyboardInterrupt into exit 130: this tells them apart
+# typer turns any KeyboardInterrupt into exit 130: this record tells a SIGTERM apart.
+_TERMINATED: list[int] = []
 
 
 def main(argv: list[str] | None = None) -> None:
