@@ -611,3 +611,26 @@ def test_a_node_drained_by_hand_between_phases_leaves_the_run_untested(tmp_path,
     assert outcome.nodes == [NODE2] and outcome.kept == {NODE1: f"idle+drain|{operator}"}
     assert outcome.not_tested[NODE1].startswith("not tested: drained by someone else")
     assert ctl.reasons == {NODE1: operator}  # nothing else drained; its reason intact
+
+
+def test_a_run_that_lost_its_lock_starts_no_further_phase(tmp_path, monkeypatch):
+    """The lock is lost while the GEMM jobs run: the fabric phase is never submitted, the jobs
+    are cancelled, the reservation deleted, and the quarantine stands (exit 3 from the error)."""
+    from kiln.errors import EnvironmentProblem
+
+    quarantine = "kiln:quarantine:P1: new node, quarantined until burn-in passes"
+    ctl = Slurm(reasons={NODE2: quarantine})
+    results_from(monkeypatch, {})
+    asked = []
+
+    def hold() -> None:
+        asked.append(len(ctl.scripts))
+        if len(asked) > 1:
+            raise EnvironmentProblem("the lock file on kiln-ctl was removed")
+
+    with pytest.raises(EnvironmentProblem, match="removed"):
+        campaign_on(tmp_path, ctl, {NODE2: quarantine}, hold=hold)
+    assert asked == [0, 2]  # before the GEMM phase, then before the fabric one
+    assert not any("fabric" in script for script in ctl.scripts.values())
+    assert ctl.commands[-1] == "scontrol delete reservationname=kiln-burnin-run"
+    assert ctl.reasons == {NODE2: quarantine}

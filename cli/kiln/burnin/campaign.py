@@ -318,6 +318,8 @@ class _Campaign:
         poll until they end; the jobs that never started (see JobQueue.run)."""
         if not specs:
             return {}
+        if self.options.hold is not None:  # a run that lost its lock starts no further phase
+            self.options.hold()
         names = {n for spec in specs for n in spec.nodes}
         limit = max(minutes, self.out.suite.time_limit_minutes)
 

@@ -8,6 +8,7 @@ outcome = run_burnin(cluster, target, options) # BurninOutcome: the judged repor
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ class BurninOptions:
     paths: J.Paths = field(default_factory=J.Paths)
     poll_seconds: float = 3.0
     wait_minutes: float | None = None  # wait up to this long for busy nodes; None: do not wait
+    hold: Callable[[], None] | None = None  # raises a KilnError once the run's lock is lost
 
 
 @dataclass(frozen=True)

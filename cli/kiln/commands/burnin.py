@@ -168,14 +168,20 @@ def burnin(
     with the ring forced (NCCL, or gloo on CPU-only nodes), and a pairwise pass when it misses
     its floor; on nodes that declare InfiniBand HCAs, ib_write_bw between node pairs on every
     rail and the ports' error counters before and after.
-    Everything runs inside a maintenance reservation; failing nodes are drained with the
-    reason ("kiln: ..."), passing nodes kiln had drained are resumed. A node busy with other
+    Everything runs inside a maintenance reservation. Quarantined nodes are tested under
+    their drain: it is lifted only while a phase's jobs start, by a program on the controller
+    that puts it back even if kiln is killed, so an untested node is never schedulable.
+    Failing nodes are drained with the reason ("kiln:burnin:RUN: ..."), passing nodes kiln had
+    drained are resumed; each change only where the node still holds the reason kiln tested it
+    under (a drain someone placed during the run is kept). A reservation a killed run left is
+    undone first. A node busy with other
     jobs is "not tested (busy)" and left in service (the run is incomplete: exit 1); --wait
     waits for it, up to --wait-timeout minutes. The run record (report.json, report.xml
     JUnit, report.html) is re-rendered by `kiln report RUN`.
 
     Exit 0 every check passed, 1 failures or nodes not tested, 2 invalid input, 3 environment,
-    130 interrupted.
+    130 interrupted (Ctrl-C), 143 terminated (SIGTERM): the jobs cancelled, the reservation
+    deleted, every drain as it was.
 
     Example:
 
@@ -199,13 +205,21 @@ def burnin(
     )
     from kiln.commands._lock import cluster_lock
 
-    with cluster_lock(cluster, "burnin"):  # exit 3 naming the holder if locked
+    with cluster_lock(cluster, "burnin") as shared:  # exit 3 naming the holder if locked
+        options.hold = shared.check  # asked before each phase: a lost lock starts nothing more
         outcome = burn_in(cluster, options, install=not skip_runtime, progress=progress)
         report = outcome.report
         for node, reason in outcome.drained.items():
             err.print(f"[bold red]drained[/] {safe(node)}: {safe(reason)}")
         for node in outcome.resumed:
             err.print(f"[green]resumed[/] {safe(node)}")
+        for node, now in outcome.kept.items():
+            err.print(
+                f"[yellow]kept[/] {safe(node)}: changed by someone else during the run "
+                f"({safe(now)})"
+            )
+        for what in outcome.cleared:
+            err.print(f"[yellow]undone[/] an earlier, unfinished burn-in: {safe(what)}")
         for node, why in outcome.not_tested.items():
             err.print(
                 f"[yellow]{safe(node)}[/]: {safe(why)}"
