@@ -64,13 +64,19 @@ if args[:2] == ["show", "node"]:
     sys.exit(0)
 if args[0] == "update":
     fields = dict(arg.split("=", 1) for arg in args[1:])
-    path = state / fields["nodename"]
-    node = json.loads(path.read_text())
-    if fields["state"] == "drain":
-        node.update(state="IDLE+DRAIN", reason=fields["reason"])
-    elif fields["state"] == "resume":
-        node.update(state="IDLE", reason="")
-    path.write_text(json.dumps(node))
+    names = fields["nodename"].split(",")  # a list of names, as kiln's batched updates send
+    refused = (state / "refuse").read_text().split() if (state / "refuse").exists() else []
+    if any(name in refused or not (state / name).exists() for name in names):
+        sys.stderr.write("slurm_update error: Invalid node name specified\n")
+        sys.exit(1)
+    for name in names:
+        path = state / name
+        node = json.loads(path.read_text())
+        if fields["state"] == "drain":
+            node.update(state="IDLE+DRAIN", reason=fields["reason"])
+        elif fields["state"] == "resume":
+            node.update(state="IDLE", reason="")
+        path.write_text(json.dumps(node))
     sys.exit(0)
 sys.exit(2)
 """

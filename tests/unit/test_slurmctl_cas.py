@@ -26,17 +26,20 @@ SANDBOX = Path(__file__).resolve().parents[2] / "inventories" / "sandbox"
 QUARANTINE = "kiln:quarantine:20261201T100000Z-aa: new node, quarantined until burn-in passes"
 OPERATOR = "kiln:operator:alice: cable reseat"
 
-# sinfo --noheader --Node --nodes=N --format=%T|%E, from the scontrol stand-in's state files.
+# sinfo --noheader --Node --format=%N|%T|%E: every node of the scontrol stand-in's state files.
 SINFO = r"""#!PYTHON
 import json, os, pathlib, sys
 state = pathlib.Path(os.environ["KILN_FAKE_SLURM"])
-name = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--nodes=")][0]
-path = state / name
-if path.exists():
-    node = json.loads(path.read_text())
-    long = {"IDLE": "idle", "IDLE+DRAIN": "drained", "ALLOCATED+DRAIN": "draining",
-            "ALLOCATED": "allocated"}[node["state"]]
-    print(long + "|" + (node.get("reason") or "none"))
+assert sys.argv[1:] == ["--noheader", "--Node", "--format=%N|%T|%E"], sys.argv
+long = {"IDLE": "idle", "IDLE+DRAIN": "drained", "ALLOCATED+DRAIN": "draining",
+        "ALLOCATED": "allocated"}
+for path in sorted(state.iterdir()):
+    try:
+        node = json.loads(path.read_text())
+    except ValueError:
+        continue  # calls.log, the template, the job list
+    if isinstance(node, dict) and "state" in node:
+        print(path.name + "|" + long[node["state"]] + "|" + (node.get("reason") or "none"))
 """
 # squeue: the job ids in STATE/pending are PENDING while STATE/pending-polls counts down.
 SQUEUE = r"""#!PYTHON
@@ -104,7 +107,7 @@ def test_compare_and_set_changes_only_a_node_that_holds_what_was_expected(slurm)
     assert node(slurm, "n1")["state"] == "IDLE"
     assert node(slurm, "n2")["reason"] == OPERATOR
     assert node(slurm, "n3")["reason"] == odd
-    assert [u[1] for u in updates(slurm)] == ["nodename=n1", "nodename=n3"]
+    assert [u[1] for u in updates(slurm)] == ["nodename=n1", "nodename=n3"]  # one per target
 
 
 @pytest.mark.local  # it polls squeue once a second, as on a controller: seconds, not ms
@@ -143,3 +146,25 @@ def test_the_window_finishes_on_the_controller_when_kiln_is_killed_in_it(slurm):
         time.sleep(0.1)
     assert node(slurm, "n1") == {"state": "IDLE+DRAIN", "reason": QUARANTINE}
     assert json.loads((slurm / "calls.log").read_text().splitlines()[-1])[1:2] == ["nodename=n1"]
+
+
+def test_many_nodes_change_in_one_scontrol_call_per_target_and_a_refused_batch_goes_one_by_one(
+    slurm,
+):
+    """Three nodes resumed are one call (12,500 nodes must not be 12,500 calls); a batch
+    naming a node Slurm does not know is refused whole, so each node is tried alone."""
+    for name in ("n4", "n5"):
+        (slurm / name).write_text(json.dumps({"state": "IDLE+DRAIN", "reason": QUARANTINE}))
+    done = cas.compare_and_set(
+        controller(), [cas.Change(n, QUARANTINE, None) for n in ("n1", "n4", "n5")]
+    )
+    assert [o.result for o in done] == ["applied"] * 3
+    assert [u[1] for u in updates(slurm)] == ["nodename=n1,n4,n5"]
+    (slurm / "n9").write_text(json.dumps({"state": "IDLE", "reason": ""}))
+    (slurm / "refuse").write_text("n9")  # scontrol refuses this one (as for a name it lost)
+    done = cas.compare_and_set(
+        controller(), [cas.Change(n, None, "kiln:burnin:R: gemm") for n in ("n1", "n9")]
+    )
+    assert [(o.node, o.result) for o in done] == [("n1", "applied"), ("n9", "failed")]
+    assert [u[1] for u in updates(slurm)][1:] == ["nodename=n1,n9", "nodename=n1", "nodename=n9"]
+    assert node(slurm, "n1")["reason"] == "kiln:burnin:R: gemm"

@@ -36,71 +36,109 @@ WINDOW_LOCK = "/run/kiln-burnin-window.lock"
 # node returns to service by itself when its slurmd registers (ReturnToService).
 _HELD = "*drain*|*DRAIN*|*fail*|*FAIL*"
 
-# Per node: NODE EXPECTED TARGET, where EXPECTED and TARGET are "-" (not drained / resume) or
-# "=REASON". The current reason is read from `sinfo %E` ("none" when there is none).
-_CAS = r"""
+# Both programs read every node once (`sinfo`: one line per node, state and reason; a node in
+# several partitions prints several equal lines), then change nodes in as few `scontrol update`
+# calls as there are distinct targets (a hostlist each): 12,500 nodes cost a few calls, not
+# 25,000. A batch scontrol refuses is retried node by node, so one bad name stops no other.
+_COMMON = r"""
+declare -A state now
+read_all() {
+  state=() now=()
+  local n s r
+  while IFS='|' read -r n s r; do
+    [[ -n ${state[$n]+set} ]] || { state[$n]=$s; now[$n]=$r; }
+  done < <(sinfo --noheader --Node --format='%N|%T|%E')
+}
+held() { case ${state[$1]:-} in __HELD__) return 0 ;; esac; return 1; }
+# update VERB REASON NODE...: one scontrol call, else one per node; each node's outcome printed
+update() {
+  local verb=$1 reason=$2 said=$3 failed=$4; shift 4
+  local list; list=$(IFS=,; echo "$*")
+  local args=(state="$verb"); [[ $verb == drain ]] && args+=(reason="$reason")
+  if scontrol update nodename="$list" "${args[@]}"; then
+    for n in "$@"; do echo "__MARK__ $n $said"; done
+  else
+    for n in "$@"; do
+      if scontrol update nodename="$n" "${args[@]}"; then echo "__MARK__ $n $said"
+      else echo "__MARK__ $n $failed"; fi
+    done
+  fi
+}
+"""
+
+# Arguments: NODE EXPECTED TARGET per node; EXPECTED and TARGET are "-" (not drained / resume)
+# or "=REASON". The current reason is `sinfo %E` ("none" when there is none).
+_CAS = (
+    _COMMON
+    + r"""
+read_all
+declare -A drains
+resumes=()
 while (($# >= 3)); do
   node=$1 expected=$2 target=$3; shift 3
-  line=$(sinfo --noheader --Node --nodes="$node" --format='%T|%E' | head -n1)
-  state=${line%%|*} reason=${line#*|}
-  case $state in __HELD__) held=1;; *) held=0;; esac
-  if [[ -z $line ]]; then
+  if [[ -z ${state[$node]+set} ]]; then
     echo "__MARK__ $node failed not known to Slurm"; continue
-  elif [[ $expected == - && $held == 0 ]] || [[ $held == 1 && "=$reason" == "$expected" ]]; then
-    if [[ $target == - ]]; then
-      scontrol update nodename="$node" state=resume
-    else
-      scontrol update nodename="$node" state=drain reason="${target#=}"
-    fi && echo "__MARK__ $node applied" && continue
-    echo "__MARK__ $node failed scontrol update exited non-zero"
+  fi
+  if held "$node"; then ok=$([[ "=${now[$node]}" == "$expected" ]] && echo 1)
+  else ok=$([[ $expected == - ]] && echo 1); fi
+  if [[ -z $ok ]]; then
+    echo "__MARK__ $node kept ${state[$node]}|${now[$node]}"
+  elif [[ $target == - ]]; then
+    resumes+=("$node")
   else
-    echo "__MARK__ $node kept $state|$reason"
+    drains[${target#=}]+="${drains[${target#=}]:+ }$node"
   fi
 done
-""".replace("__HELD__", _HELD).replace("__MARK__", MARK)
+refused="failed scontrol update exited non-zero"
+((${#resumes[@]})) && update resume "" applied "$refused" "${resumes[@]}"
+for reason in "${!drains[@]}"; do
+  read -ra group <<< "${drains[$reason]}"
+  update drain "$reason" applied "$refused" "${group[@]}"
+done
+"""
+)
 
 _WINDOW = (
-    r"""
+    _COMMON
+    + r"""
 exec 9>>__LOCK__ && flock 9
 wait_s=$1 jobs=$2; shift 2
-args=("$@")
-declare -A lifted
-read_node() {
-  local line; line=$(sinfo --noheader --Node --nodes="$1" --format='%T|%E' | head -n1)
-  state=${line%%|*} now=${line#*|}
-  case $state in __HELD__) held=1;; *) held=0;; esac
-}
-for ((i = 0; i < ${#args[@]}; i += 2)); do
-  node=${args[i]} reason=${args[i + 1]}
-  read_node "$node"
-  if [[ $held == 1 && $now == "$reason" ]] && scontrol update nodename="$node" state=resume; then
-    lifted[$node]=1; echo "__MARK__ $node lifted"
-  else
-    echo "__MARK__ $node kept $state|$now"
-  fi
+declare -A want lifted
+read_all
+ok=()
+while (($# >= 2)); do
+  node=$1 reason=$2; shift 2
+  want[$node]=$reason
+  if held "$node" && [[ ${now[$node]} == "$reason" ]]; then ok+=("$node")
+  else echo "__MARK__ $node kept ${state[$node]:-unknown}|${now[$node]:-}"; fi
 done
+if ((${#ok[@]})); then
+  while read -r mark node result rest; do
+    echo "$mark $node $result${rest:+ $rest}"
+    [[ $result == lifted ]] && lifted[$node]=1
+  done < <(update resume "" lifted "unlifted scontrol refused to resume it" "${ok[@]}")
+fi
 end=$((SECONDS + wait_s))
 while ((${#lifted[@]} && SECONDS < end)); do
   left=$(squeue --noheader --array --jobs="$jobs" --states=PENDING --format=%i 2>/dev/null | wc -l)
   ((left == 0)) && break
   sleep 1
 done
-for ((i = 0; i < ${#args[@]}; i += 2)); do
-  node=${args[i]} reason=${args[i + 1]}
-  [[ -n ${lifted[$node]:-} ]] || continue
-  read_node "$node"
-  if [[ $held == 1 ]]; then
-    echo "__MARK__ $node kept $state|$now"
-  elif scontrol update nodename="$node" state=drain reason="$reason"; then
-    echo "__MARK__ $node restored"
-  else
-    echo "__MARK__ $node failed to drain it again"
-  fi
+read_all
+declare -A drains
+for node in "${!lifted[@]}"; do
+  if held "$node"; then echo "__MARK__ $node kept ${state[$node]}|${now[$node]}"
+  else drains[${want[$node]}]+="${drains[${want[$node]}]:+ }$node"; fi
 done
-""".replace("__HELD__", _HELD)
-    .replace("__MARK__", MARK)
-    .replace("__LOCK__", WINDOW_LOCK)
+for reason in "${!drains[@]}"; do
+  read -ra group <<< "${drains[$reason]}"
+  update drain "$reason" restored "failed to drain it again" "${group[@]}"
+done
+"""
 )
+_CAS = _CAS.replace("__HELD__", _HELD).replace("__MARK__", MARK)
+_WINDOW = _WINDOW.replace("__HELD__", _HELD).replace("__MARK__", MARK)
+_WINDOW = _WINDOW.replace("__LOCK__", WINDOW_LOCK)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +151,7 @@ class Change:
 @dataclass(frozen=True, slots=True)
 class Outcome:
     node: str
-    result: str  # applied | kept | failed (window: lifted, restored, kept, failed)
+    result: str  # applied | kept | failed; the window: restored | kept | unlifted | failed
     now: str = ""  # kept: the state and reason it holds instead; failed: why
 
     def to_dict(self) -> dict:
