@@ -91,6 +91,7 @@ def setup(tmp_path: Path, slurm: dict, dpkg: dict, *, check_output: str | None =
                 "kiln_gpu_count": 8,
                 "kiln_versions": {"nccl": "2.23.4", "cuda": "12.4"},
                 "nccl_tests_root": str(tests_root),
+                "nccl_tests_build": False,  # the build is molecule/nvidia's; here a stand-in
                 "nccl_drain_timeout_s": 5,
                 "slurm_maintenance_poll_s": 1,
             },

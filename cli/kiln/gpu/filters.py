@@ -19,6 +19,7 @@ from kiln.gpu.packages import (
     installed_packages,
     installed_stack_problems,
     nccl_package_version,
+    nccl_tests_cuda_packages,
     offered_branches,
     stack_versions,
     upstream_version,
@@ -131,6 +132,7 @@ FILTERS = {
     "kiln_nccl_check_failures": nccl_check_failures,
     "kiln_nccl_package_version": lambda nccl, cuda: nccl_package_version(str(nccl), str(cuda)),
     "kiln_cuda_toolkit_package": lambda cuda: cuda_toolkit_package(str(cuda)),
+    "kiln_nccl_tests_cuda_packages": lambda cuda: nccl_tests_cuda_packages(str(cuda)),
     "kiln_key_problem": key_problem,
     "kiln_stack_versions": stack_versions,
     "kiln_installed_stack_problems": lambda found: installed_stack_problems(

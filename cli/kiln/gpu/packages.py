@@ -90,6 +90,20 @@ def cuda_toolkit_package(cuda: str) -> str:
     return "cuda-toolkit-" + "-".join(cuda.split(".")[:2])
 
 
+# The first CUDA whose compiler's crt headers are a package of their own (cuda-crt-12-2 is in
+# NVIDIA's repositories for 12.2, 12.3 and 12.4; cuda-nvcc-X-Y depends on it where it exists).
+CRT_PACKAGE_FROM = "12.2"
+
+
+def nccl_tests_cuda_packages(cuda: str) -> list[str]:
+    """What building nccl-tests needs from NVIDIA's repository at CUDA `cuda`, without the whole
+    toolkit: nvcc (cuda-nvcc-12-4), its crt headers (cuda-crt-12-4, CUDA 12.2 on) and the CUDA
+    runtime's headers and libraries (cuda-cudart-dev-12-4). The nccl role installs, holds them."""
+    suffix = "-".join(cuda.split(".")[:2])
+    crt = [f"cuda-crt-{suffix}"] if parse_version(cuda) >= parse_version(CRT_PACKAGE_FROM) else []
+    return [f"cuda-nvcc-{suffix}", *crt, f"cuda-cudart-dev-{suffix}"]
+
+
 def stack_versions(installed: dict[str, str]) -> dict[str, str | None]:
     """The driver, CUDA toolkit and NCCL versions among a node's installed packages."""
     toolkits = sorted(

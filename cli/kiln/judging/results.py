@@ -119,13 +119,28 @@ class AllreduceResult:
     job: str
     hosts: tuple[str, ...]  # distinct nodes, in rank order
     world_size: int
-    implementation: str  # "nccl-tests" (all_reduce_perf) or "torch" (workloads/allreduce.py)
+    # "nccl-tests" (all_reduce_perf) or "torch" (workloads/allreduce.py), then the library that
+    # reduced when the document names it: "nccl-tests NCCL 2.18.5+cuda12.2", "torch NCCL 2.21.5",
+    # "torch gloo" (one string, so the compact record and the report JSON carry it as it is)
+    implementation: str
     rows: Sequence[BandwidthRow]  # a tuple, or PackedRows from the compact record
     verdict_bytes: int
     verdict_busbw_gbs: float
     correct: bool
     ring: bool = False
     wrong: int = 0  # nccl-tests: the #wrong columns' total (0 for torch, which checks the sum)
+
+    @property
+    def label(self) -> str:
+        """What ran, for the report: "nccl-tests (NCCL 2.18.5+cuda12.2)", "torch NCCL 2.21.5"
+        (torch's own NCCL, not the pinned one), "gloo" (torch on CPUs); the bare name when
+        the document did not say (results recorded before kiln kept the library)."""
+        name, _, library = self.implementation.partition(" ")
+        if library == "gloo":
+            return "gloo"
+        if name == "nccl-tests" and library:
+            return f"nccl-tests ({library})"
+        return self.implementation
 
     @property
     def scope(self) -> str:
@@ -199,10 +214,27 @@ def gemm_from_doc(node: str, doc: Any) -> GemmResult:
         raise ResultError(f"unexpected gemm document ({exc!r})") from None
 
 
+def implementation_of(doc: Any) -> str:
+    """The record's implementation: "nccl-tests" or "torch" (documents recorded before nccl-tests
+    ran say neither), then the library that reduced where the document names it: its
+    nccl_version (nccl-tests prints the NCCL it loaded; torch reports the one it bundles) on the
+    NCCL backend, "gloo" on torch's CPU backend."""
+    name = str(doc.get("implementation") or "torch")
+    backend = doc.get("backend")
+    version = " ".join(str(doc.get("nccl_version") or "").split())[:40]  # one word, no tab
+    if backend == "gloo":
+        return f"{name} gloo"
+    if backend in ("nccl", None) and version:
+        return f"{name} NCCL {version}"
+    if backend == "nccl" and name == "torch":
+        return "torch NCCL"
+    return name
+
+
 def allreduce_from_doc(job: str, doc: Any) -> AllreduceResult:
     """An all-reduce document: torch's (workloads/allreduce.py, printed by rank 0) or nccl-tests'
     (completed by kiln.burnin.nccl_tests). `implementation` and `wrong` default to "torch" and 0,
-    so results recorded before nccl-tests ran still read."""
+    so results recorded before nccl-tests ran still read; `implementation_of` adds the library."""
     try:
         if doc.get("kind") != "allreduce":
             raise ResultError(f"not an allreduce document (kind {doc.get('kind')!r})")
@@ -219,7 +251,7 @@ def allreduce_from_doc(job: str, doc: Any) -> AllreduceResult:
             job=job,
             hosts=_distinct(list(doc["hosts"])),
             world_size=int(doc["world_size"]),
-            implementation=str(doc.get("implementation") or "torch"),
+            implementation=implementation_of(doc),
             rows=rows,
             verdict_bytes=int(doc["verdict_bytes"]),
             verdict_busbw_gbs=float(doc["verdict_busbw_gbs"]),

@@ -16,10 +16,12 @@ MAX_PASSING = 60  # passing verdicts listed one by one; more are only counted
 
 
 def allreduce_summary(report: BurninReport) -> str:
-    """Which all-reduce implementation ran: "2 run(s) with nccl-tests, 1 with torch"."""
+    """Which all-reduce implementation ran, and on which library: "3 run(s): 2 with nccl-tests
+    (NCCL 2.18.5+cuda12.2), 1 with torch NCCL 2.21.5" (torch's own NCCL: nccl-tests was not
+    built), or "... with gloo" (torch on CPUs)."""
     counts: dict[str, int] = {}
     for a in report.allreduce:
-        counts[a.implementation] = counts.get(a.implementation, 0) + 1
+        counts[a.label] = counts.get(a.label, 0) + 1
     parts = [f"{n} with {impl}" for impl, n in sorted(counts.items())]
     return f"{len(report.allreduce)} run(s): " + ", ".join(parts) if parts else "none ran"
 

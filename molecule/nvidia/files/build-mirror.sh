@@ -50,9 +50,15 @@ for version in 535.183.06-1 550.127.05-1; do
     package "nvidia-fabricmanager-$branch" "$version" "" /tmp/fabricmanager.service:/lib/systemd/system/nvidia-fabricmanager.service
     package "libnvidia-nscq-$branch" "$version" ""
 done
-package cuda-toolkit-12-2 12.2.2-1 "" \
+# CUDA 12.2 update 2 split as NVIDIA's repository splits it: nvcc (the double replaying the
+# recorded nvcc 12.2.140), its crt headers and the runtime's development files, which the nccl
+# role installs to build nccl-tests, and the toolkit meta package that depends on them.
+package cuda-crt-12-2 12.2.140-1 ""
+package cuda-nvcc-12-2 12.2.140-1 "cuda-crt-12-2 (= 12.2.140-1)" \
     /srv/build/nvcc:/usr/local/cuda-12.2/bin/nvcc \
     /srv/build/cuda_12.2.140.txt:/usr/local/cuda-12.2/share/kiln-test/nvcc-version.txt
+package cuda-cudart-dev-12-2 12.2.140-1 ""
+package cuda-toolkit-12-2 12.2.2-1 "cuda-nvcc-12-2 (= 12.2.140-1), cuda-cudart-dev-12-2 (= 12.2.140-1)"
 package libnccl2 2.18.5-1+cuda12.2 ""
 package libnccl-dev 2.18.5-1+cuda12.2 "libnccl2 (= 2.18.5-1+cuda12.2)"
 package libnccl2 2.20.5-1+cuda12.4 ""

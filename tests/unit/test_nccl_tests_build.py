@@ -1,0 +1,94 @@
+"""The nccl stage builds nccl-tests on every GPU node by default, against the pinned NCCL and the
+pinned CUDA compiler and runtime it installs and holds (not the whole toolkit), so burn-in's
+GPU all-reduce runs on the pinned NCCL instead of falling back to torch's own."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+from jinja2.nativetypes import NativeEnvironment
+
+from kiln.gpu.packages import nccl_tests_cuda_packages
+from kiln.profiles import load_compat
+
+ROOT = Path(__file__).parents[2]
+ROLE = ROOT / "playbooks" / "roles" / "nccl"
+SHIM = ROOT / "playbooks" / "filter_plugins" / "kiln_gpu_filters.py"
+
+
+@pytest.mark.parametrize(
+    ("cuda", "packages"),
+    [
+        ("12.2", ["cuda-nvcc-12-2", "cuda-crt-12-2", "cuda-cudart-dev-12-2"]),
+        ("12.8", ["cuda-nvcc-12-8", "cuda-crt-12-8", "cuda-cudart-dev-12-8"]),
+        ("13.0", ["cuda-nvcc-13-0", "cuda-crt-13-0", "cuda-cudart-dev-13-0"]),
+        ("11.8", ["cuda-nvcc-11-8", "cuda-cudart-dev-11-8"]),  # nvcc still held its crt
+    ],
+)
+def test_the_cuda_packages_the_build_needs_are_named_by_the_pinned_cuda(cuda, packages):
+    assert nccl_tests_cuda_packages(cuda) == packages
+
+
+def render_defaults(versions: dict) -> dict:
+    """The role's defaults as Ansible templates them, with kiln's filters loaded through the
+    shim the playbooks use."""
+    spec = importlib.util.spec_from_file_location("kiln_gpu_filters", SHIM)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    env = NativeEnvironment()
+    env.filters.update(module.FilterModule().filters())
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    values: dict = {"kiln_versions": versions}
+    for key in (
+        "nccl_version",
+        "nccl_cuda_version",
+        "nccl_tests_build",
+        "nccl_tests_cuda_packages",
+    ):
+        value = defaults[key]
+        values[key] = env.from_string(value).render(values) if isinstance(value, str) else value
+    return values
+
+
+def test_gpu_nodes_build_nccl_tests_by_default_on_the_pinned_cuda():
+    """Not tied to nvidia_cuda_install (off by default): the role installs what it builds with."""
+    default = load_compat().default_versions().model_dump()
+    values = render_defaults(default)
+    assert values["nccl_tests_build"] is True
+    cuda = "-".join(str(default["cuda"]).split("."))
+    assert values["nccl_tests_cuda_packages"] == [
+        f"cuda-nvcc-{cuda}",
+        f"cuda-crt-{cuda}",
+        f"cuda-cudart-dev-{cuda}",
+    ]
+    assert render_defaults({"nccl": "2.18.5", "cuda": "12.2"})["nccl_tests_cuda_packages"] == [
+        "cuda-nvcc-12-2",
+        "cuda-crt-12-2",
+        "cuda-cudart-dev-12-2",
+    ]
+
+
+def test_the_build_installs_holds_and_checks_its_cuda_before_make():
+    """In nccl_tests.yml: install the packages, hold each, check nvcc's release, then make; no
+    step still asks for the whole toolkit."""
+    tasks = yaml.safe_load((ROLE / "tasks" / "nccl_tests.yml").read_text())
+    by_module = [next(k for k in t if k.startswith("ansible.builtin.")) for t in tasks]
+    install = next(
+        i
+        for i, t in enumerate(tasks)
+        if t.get("ansible.builtin.apt", {}).get("name") == "{{ nccl_tests_cuda_packages }}"
+    )
+    hold = tasks[install + 1]
+    assert hold["ansible.builtin.dpkg_selections"] == {"name": "{{ item }}", "selection": "hold"}
+    assert hold["loop"] == "{{ nccl_tests_cuda_packages }}"
+    make = next(
+        i
+        for i, t in enumerate(tasks)
+        if "'make'" in str(t.get("ansible.builtin.command", {}).get("argv", ""))
+    )
+    check = next(i for i, t in enumerate(tasks) if "release ' ~ nccl_cuda_version" in str(t))
+    assert install < check < make and by_module[check] == "ansible.builtin.fail"
+    assert "nvidia_cuda_install" not in (ROLE / "tasks" / "nccl_tests.yml").read_text()
