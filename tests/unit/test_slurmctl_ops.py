@@ -17,6 +17,7 @@ from kiln.errors import ExitCode, InvalidInputError, OperationFailed
 from kiln.fleet import ExecResult, NodeResult, Status
 from kiln.render.hostlist import expand
 from kiln.slurmctl import commands, drain, resume
+from kiln.slurmctl.cas import MARK
 from kiln.slurmctl.remote import Controller
 from kiln.slurmctl.state import from_sinfo
 from slurm_inventory import slurm_cluster
@@ -60,8 +61,33 @@ class FakeSlurm:
                 node[1:4] = ["none", "Unknown", "Unknown"]
         return 0, ""
 
+    def cas(self, command: str) -> str:
+        """kiln.slurmctl.cas's compare-and-set program, applied to the node table (the bash
+        itself runs against stand-ins in test_slurmctl_cas): one scontrol update per change
+        still as expected, recorded as a step; a 'kept' line for any other."""
+        tokens = shlex.split(command)
+        args = tokens[tokens.index("kiln-cas") + 1 :]
+        steps, lines = [], []
+        for name, expected, target in zip(args[0::3], args[1::3], args[2::3], strict=True):
+            state, reason = self.nodes[name][0], self.nodes[name][1]
+            held = "drain" in state
+            if (not held and expected == "-") or (held and expected == "=" + reason):
+                verb = (
+                    ["state=resume"] if target == "-" else ["state=drain", "reason=" + target[1:]]
+                )
+                steps.append(["scontrol", "update", f"nodename={name}", *verb])
+                self.step(steps[-1])
+                lines.append(f"{MARK} {name} applied")
+            else:
+                lines.append(f"{MARK} {name} kept {state}|{reason}")
+        self.calls.append(steps)
+        return "\n".join(lines) + "\n"
+
     def __call__(self, nodes, command, *, fanout, timeout) -> ExecResult:
         assert [node.name for node in nodes] == ["ctl"] and fanout == 1
+        if "kiln-cas" in command:
+            result = NodeResult("ctl", "10.0.0.1", Status.OK, 0, stdout=self.cas(command))
+            return ExecResult(command, [result], 0.1, fanout, timeout)
         steps = []
         out = []
         for line in command.splitlines():
@@ -332,3 +358,23 @@ def test_reading_nodes_fails_closed_in_slurm_s_words(cluster):
     both = f"{SHOWN}Node gpu-new not found\n"
     ctl = Controller(cluster, runner=scontrol_answer(both, 1))
     assert list(ctl.show(["cricket", "gpu-new"])) == ["cricket"]
+
+
+def test_resume_is_a_compare_and_set_a_drain_changed_in_between_is_kept(cluster):
+    """`kiln resume` read cortex-01 drained by bob; before its update arrives, the health check
+    drains it again with its own reason: the resume is not applied, the new reason stays."""
+    fake = slurm()
+    drain(cluster, pick(cluster, "cortex-01"), "fan", user="bob", runner=fake)
+    health = "kiln:health:H1: xid 79"
+
+    class Meanwhile(type(fake)):
+        def cas(self, command: str) -> str:
+            self.nodes["cortex-01"][1] = health  # placed between kiln's read and its update
+            return super().cas(command)
+
+    fake.__class__ = Meanwhile
+    result = resume(cluster, pick(cluster, "cortex-01"), runner=fake)
+    change = by_name(result)["cortex-01"]
+    assert change.action == "kept" and not result.ok
+    assert "drain" in fake.nodes["cortex-01"][0] and fake.nodes["cortex-01"][1] == health
+    assert "changed meanwhile" in change.message and health in change.message

@@ -1,7 +1,8 @@
 """Drain and resume through scontrol on the controller; `kiln resume` resumes only `kiln drain`'s.
 
-Both read the nodes' state first (one SSH exec), decide per node, then update and read the
-state again (a second exec). `kiln drain` places `kiln:operator:USER: TEXT`
+Both read the nodes' state first (one SSH exec), decide per node, then change the nodes as a
+compare-and-set against that reading (kiln.slurmctl.cas: a node someone changed in between is
+kept as it is now) and read the state again. `kiln drain` places `kiln:operator:USER: TEXT`
 (kiln.parsers.drain_reason). A node already drained for any other reason (a quarantine, a
 failed burn-in, a maintenance in progress, someone else's drain) keeps that reason: kiln takes
 over no drain. `kiln resume` resumes operator drains only; a quarantine or burn-in drain is
@@ -18,8 +19,9 @@ from dataclasses import dataclass, field
 from kiln.inventory import Cluster, Node
 from kiln.parsers.drain_reason import POLICY, may_lift
 from kiln.slurmctl import commands
+from kiln.slurmctl.cas import Change, compare_and_set
 from kiln.slurmctl.remote import Controller, Runner
-from kiln.slurmctl.state import NodeState, from_sinfo
+from kiln.slurmctl.state import NodeState
 
 
 @dataclass(slots=True)
@@ -90,17 +92,26 @@ def _not_ours(state: NodeState) -> str:
 
 
 def _apply(
-    ctl: Controller, result: OpResult, update: list[str] | None, targets: list[NodeChange]
+    ctl: Controller, result: OpResult, reason: str | None, targets: list[NodeChange]
 ) -> None:
-    """Run `update` (if any) and read every node's state after it."""
-    steps = [update, commands.sinfo()] if update else [commands.sinfo()]
-    after = from_sinfo(ctl.run(steps)[-1].stdout)
+    """Change the targets as a compare-and-set against the state each was read in (a node
+    someone changed since is kept as it is now), then read every node's state after it.
+    `reason`: the drain to place; None: resume."""
+    changes = [
+        Change(c.name, c.before.reason if c.before and c.before.drained else None, reason)
+        for c in targets
+    ]
+    outcomes = {o.node: o for o in compare_and_set(ctl, changes)}
+    after = ctl.nodes()
     for change in result.nodes:
         change.after = after.get(change.name)
+    wanted = result.operation == "drain"
     for change in targets:
-        state = change.after
-        wanted = result.operation == "drain"
-        if state is None or state.drained is not wanted:
+        state, outcome = change.after, outcomes[change.name]
+        if outcome.result == "kept":  # changed between our read and our update: not ours now
+            change.action, change.ok = "kept", wanted and bool(state and state.drained)
+            change.message = f"changed meanwhile ({outcome.now}); left as it is"
+        elif state is None or state.drained is not wanted:
             change.ok = False
             change.action = "failed"
             shown = state.state if state else "gone from Slurm"
@@ -140,8 +151,7 @@ def drain(
         else:
             change.action = "drain"
             targets.append(change)
-    update = commands.drain([c.name for c in targets], reason) if targets else None
-    _apply(ctl, result, update, targets)
+    _apply(ctl, result, reason, targets)
     for change in targets:
         if change.ok and change.after and change.after.base == "draining":
             change.message = "jobs running: Slurm lets them finish, then the node is drained"
@@ -179,8 +189,7 @@ def resume(
             change.message = (
                 f"{state.describe_drain()}; {_not_ours(state)} (--force to resume it anyway)"
             )
-    update = commands.resume([c.name for c in targets]) if targets else None
-    _apply(ctl, result, update, targets)
+    _apply(ctl, result, None, targets)
     for change in targets:
         if change.ok and not change.message:
             change.message = "resumed"
