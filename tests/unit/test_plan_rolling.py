@@ -41,6 +41,8 @@ def test_plan_json_says_what_each_stage_rolls_and_how(tmp_path, capsys):
         "batch_size": "25%",
         "batches": 4,
         "largest_batch": 32,
+        "shards": 1,
+        "disruption_budget": 32,
         "max_fail_percentage": 5,
         "drain_timeout_s": DEFAULT_DRAIN_TIMEOUT_S,
         "drain_timeout_var": "nvidia_driver_drain_timeout_s",
@@ -79,8 +81,9 @@ def test_plan_table_shows_the_rolling_changes(capsys):
     assert "Disruptive changes, rolled batch by batch (docs/operations.md):" in text
     assert (
         "nvidia: driver branch or version (reboot), fabric manager with the driver "
-        "(reboot); 4 batch(es) of up to 32; stops when more than 5% of a batch fails; waits "
-        "up to 3600 s for jobs"
+        "(reboot); 4 batch(es) of up to 32 in 1 shard(s); at most 32 node(s) out of service "
+        "at once over all shards; stops when more than 5% of a batch fails; waits up to 3600 s "
+        "for jobs"
     ) in text
     assert "nccl: NCCL version; 4 batch(es)" in text
 

@@ -43,3 +43,11 @@ def split_batches(hosts: list[str], batch_size: int | str) -> list[list[str]]:
     """`hosts` in the batches `serial` runs them in."""
     size = hosts_per_batch(batch_size, len(hosts))
     return [hosts[i : i + size] for i in range(0, len(hosts), size)] if size else []
+
+
+def disruption_budget(batch_size: int | str, host_count: int) -> int:
+    """The most nodes a stage may have out of service for its rolling changes at any moment,
+    over all its shards together: the batch size, a percentage of the stage's hosts (as the
+    batches). Shards run in parallel, each with batches of its own, so the slurm_maintenance
+    role holds this in Slurm itself (kiln_disruption_budget; docs/operations.md)."""
+    return hosts_per_batch(batch_size, host_count)

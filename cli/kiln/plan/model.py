@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kiln.inventory import Cluster, Node
+from kiln.inventory.batches import disruption_budget
 from kiln.inventory.export import render_inventory
 from kiln.plan.files import GeneratedFile
 from kiln.plan.rolling import Rolling, stage_rolling
@@ -115,6 +116,12 @@ class Plan:
     def rolling(self, stage: StagePlan) -> Rolling | None:
         """How the stage's disruptive changes (kiln.plan.rolling) would roll; None: it has none."""
         return stage_rolling(stage, self.cluster, self.rollout)
+
+    def disruption_budget(self, stage: str) -> int:
+        """The most of stage `stage`'s nodes out of service at once over all its shards, which
+        every shard's slurm_maintenance drain holds in Slurm (kiln_disruption_budget)."""
+        hosts = next((s.hosts for s in self.stages if s.name == stage), ())
+        return disruption_budget(self.rollout.batch_size, len(hosts))
 
     def to_dict(self, changed_files: list[str] | None = None) -> dict:
         """`kiln plan --json`; `changed_files` are those that differ from --output's."""

@@ -3,9 +3,12 @@
 A disruptive change (one that kills jobs or needs a reboot) runs batch by batch, each node
 drained and emptied of jobs first (the slurm_maintenance role's rolling step): drain, wait for
 jobs up to a deadline, apply, check, resume only what the run drained; the play's
-`max_fail_percentage` stops the rollout. Each role decides per node whether ITS change is
-disruptive there (a different version on a node that already has one; a first install is not,
-since a new node is quarantined until burn-in passes); this table is what `kiln plan` shows
+`max_fail_percentage` stops the rollout. Shards run in parallel, each batch by batch, and the
+role's drain takes room in a disruption budget kept in Slurm (at most the batch size, or its
+percentage of the stage's hosts, out of service at once over all shards). Each role decides
+per node whether ITS change is disruptive there (a different version on a node that already has
+one; a first install is not, since a new node is quarantined until burn-in passes); this table
+is what `kiln plan` shows
 from that, offline. No role installs or changes a kernel (the base role holds it): kernel
 changes are not kiln's to roll.
 """
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from kiln.inventory.batches import batches_needed, disruption_budget, hosts_per_batch
 
 if TYPE_CHECKING:
     from kiln.inventory import Cluster
@@ -56,12 +61,20 @@ DISRUPTIVE: dict[str, StageChanges] = {
 
 @dataclass(frozen=True, slots=True)
 class Rolling:
-    """How a stage's disruptive changes would roll in this plan."""
+    """How a stage's disruptive changes would roll in this plan.
+
+    Each shard runs batches of its own, in parallel with the other shards, so `batches` and
+    `largest_batch` are the shards' (what the runner expects); `budget` is how many nodes may
+    be out of service at once over all shards together, which the slurm_maintenance role holds
+    in Slurm (kiln.inventory.batches.disruption_budget).
+    """
 
     changes: tuple[Disruptive, ...]
     batch_size: str
-    batches: int
-    largest_batch: int
+    batches: int  # over all shards
+    largest_batch: int  # the largest batch of any shard
+    shards: int
+    budget: int  # nodes out of service at once, over all shards
     max_fail_percentage: int
     drain_timeout_s: int  # the longest job wait among the stage's hosts
     timeout_var: str
@@ -73,6 +86,8 @@ class Rolling:
             "batch_size": self.batch_size,
             "batches": self.batches,
             "largest_batch": self.largest_batch,
+            "shards": self.shards,
+            "disruption_budget": self.budget,
             "max_fail_percentage": self.max_fail_percentage,
             "drain_timeout_s": self.drain_timeout_s,
             "drain_timeout_var": self.timeout_var,
@@ -80,7 +95,9 @@ class Rolling:
 
     def describe(self) -> str:
         return (
-            f"{self.batches} batch(es) of up to {self.largest_batch}; stops when more than "
+            f"{self.batches} batch(es) of up to {self.largest_batch} in {self.shards} shard(s); "
+            f"at most {self.budget} node(s) out of service at once over all shards; "
+            f"stops when more than "
             f"{self.max_fail_percentage}% of a batch fails; waits up to {self.drain_timeout_s} s "
             "for jobs"
         )
@@ -102,11 +119,14 @@ def stage_rolling(stage: StagePlan, cluster: Cluster, rollout: Rollout) -> Rolli
         _seconds(cluster.node(host).hostvars.get(changes.timeout_var, DEFAULT_DRAIN_TIMEOUT_S))
         for host in stage.hosts
     ]
+    sizes = [len(shard.hosts) for shard in stage.shards]
     return Rolling(
         changes=changes.changes,
         batch_size=rollout.batch_size,
-        batches=len(stage.batches),
-        largest_batch=max((len(batch) for batch in stage.batches), default=0),
+        batches=sum(batches_needed(size, rollout.batch_size) for size in sizes),
+        largest_batch=max((hosts_per_batch(rollout.batch_size, size) for size in sizes), default=0),
+        shards=len(sizes),
+        budget=disruption_budget(rollout.batch_size, len(stage.hosts)),
         max_fail_percentage=rollout.max_fail_percentage,
         drain_timeout_s=max((w for w in waits if w is not None), default=DEFAULT_DRAIN_TIMEOUT_S),
         timeout_var=changes.timeout_var,
