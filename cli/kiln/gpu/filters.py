@@ -24,6 +24,7 @@ from kiln.gpu.packages import (
     stack_versions,
     upstream_version,
 )
+from kiln.gpu.platform import platform_mismatch, role_platform
 from kiln.gpu.rails import NEAR_PATHS, rail_check, topology_from_packed
 from kiln.gpu.trust import key_problem
 from kiln.parsers import ParseError
@@ -134,6 +135,11 @@ FILTERS = {
     "kiln_cuda_toolkit_package": lambda cuda: cuda_toolkit_package(str(cuda)),
     "kiln_nccl_tests_cuda_packages": lambda cuda: nccl_tests_cuda_packages(str(cuda)),
     "kiln_key_problem": key_problem,
+    # the node's OS entry (platforms.yml): repository, key, package names, hold mechanism
+    "kiln_gpu_platform": role_platform,
+    "kiln_platform_mismatch": lambda facts, os_id, arch: (
+        platform_mismatch(facts, str(os_id), str(arch)) or ""
+    ),
     "kiln_stack_versions": stack_versions,
     "kiln_installed_stack_problems": lambda found: installed_stack_problems(
         found.get("driver"), found.get("cuda"), found.get("nccl")

@@ -214,6 +214,14 @@ KEYS: dict[str, KeySpec] = {
         ),
         KeySpec("kiln_gpu_count", "host", "int", "GPUs in the node", "the profile's default count"),
         KeySpec(
+            "kiln_os",
+            "host",
+            "str",
+            "OS release: debian-12, debian-13, ubuntu-22.04, ubuntu-24.04, rhel-9 (docs/gpu.md)",
+            "debian-12",
+        ),
+        KeySpec("kiln_arch", "host", "str", "CPU architecture: x86_64 or aarch64", "x86_64"),
+        KeySpec(
             "kiln_rack",
             "host",
             "str",

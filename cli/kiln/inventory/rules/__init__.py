@@ -15,7 +15,7 @@ from collections.abc import Callable
 from kiln.inventory.context import InventoryContext
 from kiln.inventory.findings import FindingCollector
 from kiln.inventory.resolve import ResolvedHost
-from kiln.inventory.rules import cluster, connection, fabric, hosts, partitions
+from kiln.inventory.rules import cluster, connection, fabric, hosts, partitions, platform
 from kiln.inventory.rules.partitions import WrittenPartition
 
 Rule = Callable[[InventoryContext, FindingCollector], None]
@@ -59,6 +59,7 @@ RULES: tuple[Rule, ...] = (
         hosts.power_limit_in_profile_range,
         hosts.hcas_listed_once,
         hosts.node_shape_is_positive,
+        platform.os_is_supported,
     ),
     cluster.host_addresses_are_unique,
     cluster.bmc_addresses_are_unique,

@@ -1,0 +1,41 @@
+"""The OS a node declares (kiln_os, kiln_arch) against what kiln's NVIDIA stack supports.
+
+An OS kiln has no entry for, an architecture NVIDIA publishes no repository for on that OS, or a
+driver branch that OS's repository does not carry is refused here, with file:line, instead of
+half-way through the nvidia stage (kiln.profiles platforms.yml holds the table).
+"""
+
+from __future__ import annotations
+
+from kiln.inventory.context import InventoryContext
+from kiln.inventory.findings import FindingCollector
+from kiln.inventory.resolve import ResolvedHost
+from kiln.profiles.platforms import load_platforms
+
+
+def os_is_supported(ctx: InventoryContext, host: ResolvedHost, out: FindingCollector) -> None:
+    table = load_platforms()
+    os_id = ctx.value(host, "kiln_os", table.default["os"])
+    arch = ctx.value(host, "kiln_arch", table.default["arch"])
+    if os_id is None or arch is None:
+        return  # not a string: reported by kiln.inventory.values
+    profile = ctx.profile(host)
+    count = ctx.value(host, "kiln_gpu_count", profile.gpu_count_default) if profile else 0
+    branch = None
+    if profile is not None and profile.id != "none" and count and ctx.versions is not None:
+        branch = int(ctx.versions.driver_branch)
+    for problem in table.problems(os_id, arch, branch):
+        if "driver" in problem:
+            key, origin = "kiln_versions.driver_branch", ctx.written_at("kiln_versions")
+        elif problem.startswith("kiln_arch") or "repository for" in problem:
+            key, origin = "kiln_arch", ctx.origin_of(host, "kiln_arch")
+        else:
+            key, origin = "kiln_os", None
+        out.error(
+            f"{host.name}: {problem}",
+            origin=origin or ctx.origin_of(host, "kiln_os") or ctx.declared_at(host.name),
+            key=key,
+            host=host.name,
+            hint="see docs/gpu.md, Platforms: which OS releases, architectures and driver "
+            "branches kiln's NVIDIA stack runs on",
+        )
