@@ -30,7 +30,14 @@ kiln_versions:
   driver_branch: 570
   cuda: "12.8"
   nccl: "2.25.1"
-  slurm: "24.05"
+  slurm: "24.05.8"
+# Debian 12 ships Slurm 22.05: 24.05 comes from the site's repository of SchedMD-built
+# packages (slurm-smd-*), pinned and held at exactly kiln_versions.slurm (docs/slurm.md).
+kiln_slurm:
+  source: repository
+  repository:
+    url: https://packages.example.com/slurm/debian12
+    key_url: https://packages.example.com/slurm/key.asc
 kiln_partitions:
   - name: gpu
     groups: [kiln_compute]

@@ -14,6 +14,7 @@ from kiln.inventory.context import InventoryContext, read_context
 from kiln.inventory.findings import FindingCollector
 from kiln.inventory.rules import RULES, cluster, connection, fabric, hosts, partitions
 from kiln.inventory.rules import platform as platform_rules
+from kiln.inventory.rules import slurm as slurm_rules
 
 FABRIC = Path(__file__).parent.parent / "fixtures" / "fabric"
 
@@ -105,7 +106,7 @@ def test_every_rule_written_is_registered_once():
     registered = [rule for entry in RULES for rule in getattr(entry, "rules", (entry,))]
     written = [
         function
-        for module in (hosts, cluster, partitions, fabric, connection, platform_rules)
+        for module in (hosts, cluster, partitions, fabric, connection, platform_rules, slurm_rules)
         for name, function in inspect.getmembers(module, inspect.isfunction)
         if function.__module__ == module.__name__ and not name.startswith("_")
     ]

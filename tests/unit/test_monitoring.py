@@ -40,7 +40,12 @@ all:
 """
 SETTINGS = """\
 kiln_cluster_name: demo
-kiln_versions: {driver_branch: 570, cuda: "12.8", nccl: "2.25.1", slurm: "24.05"}
+kiln_versions: {driver_branch: 570, cuda: "12.8", nccl: "2.25.1", slurm: "24.05.8"}
+kiln_slurm:
+  source: repository
+  repository:
+    url: https://packages.example.com/slurm/debian12
+    key_url: https://packages.example.com/slurm/key.asc
 ansible_user: root
 """
 

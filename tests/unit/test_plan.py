@@ -144,7 +144,7 @@ def test_export_carries_the_validated_versions_with_defaults_filled(tmp_path):
         "driver_branch": 570,
         "cuda": "12.8",
         "nccl": "2.25.1",
-        "slurm": "24.05",
+        "slurm": "24.05.8",
     }
     assert all(
         "kiln_versions" not in (variables or {}) for variables in exported["all"]["hosts"].values()

@@ -16,6 +16,7 @@ from kiln.inventory.batches import BATCH_SIZE
 from kiln.inventory.health_spec import HealthSpec
 from kiln.inventory.ib_spec import IbSpec
 from kiln.inventory.monitoring_spec import MONITORING_KEY, MonitoringSpec
+from kiln.inventory.slurm_spec import SlurmRepositorySpec
 
 # Values that reach a shell command or a config file line: no spaces, quotes or
 # metacharacters (; | & $ ` ( ) < > \ * ? and newlines).
@@ -155,6 +156,17 @@ class StateSpec(StrictModel):
 
 class SlurmSpec(StrictModel):
     accounting: bool = Field(False, description="slurmdbd with MariaDB for job accounting")
+    source: Literal["distribution", "repository"] = Field(
+        "distribution",
+        description="where Slurm comes from: the nodes' OS release (the version it ships), or "
+        "`repository` (SchedMD-built packages at the exact kiln_versions.slurm)",
+    )
+    repository: SlurmRepositorySpec | None = Field(
+        None, description="the repository of source: repository (url, key_url, suite)"
+    )
+    imex: bool = Field(
+        False, description="SwitchType=switch/nvidia_imex: IMEX channels per job (Slurm 24.05+)"
+    )
     cgroup: bool = Field(
         True,
         description="confine jobs with cgroups (off in containers, whose cgroups are the host's)",
@@ -182,6 +194,10 @@ class SlurmSpec(StrictModel):
 
     @model_validator(mode="after")
     def _topology_source(self) -> SlurmSpec:
+        if self.source == "repository" and self.repository is None:
+            raise ValueError("source repository needs repository (url and key_url)")
+        if self.source == "distribution" and self.repository is not None:
+            raise ValueError("repository is set but source is distribution")
         if self.topology == "fabric" and not self.ibnetdiscover_file:
             raise ValueError("topology fabric needs ibnetdiscover_file (a stored capture)")
         if self.topology == "racks" and self.ibnetdiscover_file:

@@ -186,7 +186,9 @@ class CompatTable(Model):
         return max(self.tested, key=Versions.sort_key).versions()
 
     def is_tested(self, versions: Versions) -> bool:
-        return any(combo.versions() == versions for combo in self.tested)
+        # An exact Slurm version (24.05.8) is tested as its release (24.05).
+        release = versions.model_copy(update={"slurm": _release(versions.slurm)})
+        return any(combo.versions() == release for combo in self.tested)
 
     def runtime_for(self, architecture: str | None) -> BurninRuntime:
         """Burn-in's torch build for a GPU architecture; the default one for None (no GPU)."""
@@ -258,7 +260,7 @@ class CompatTable(Model):
                 f"{alt}, or CUDA {nccl.min_cuda} to {nccl.max_cuda}",
             )
 
-        if versions.slurm not in self.slurm:
+        if _release(versions.slurm) not in self.slurm:
             error(
                 "slurm",
                 f"Slurm {versions.slurm} is not in the compatibility table",
@@ -302,6 +304,11 @@ class CompatTable(Model):
     def _branch_at_least(self, minimum: int) -> int:
         known = [b for b in self.driver_branches if b >= minimum]
         return min(known) if known else minimum
+
+
+def _release(version: str) -> str:
+    """'24.05' from '24.05.8': the table lists Slurm releases."""
+    return ".".join(version.split(".")[:2])
 
 
 @functools.cache

@@ -84,6 +84,7 @@ def cluster_context(cluster: Cluster, fabric_switches: int | None = None) -> dic
             "has_gpus": any(node.has_gpus for node in compute),
             "accounting": cluster.slurm.accounting,
             "cgroup": cluster.slurm.cgroup,
+            "imex": cluster.slurm.imex,
             "slurm_version": cluster.versions.slurm,
             "health": cluster.health.model_dump(
                 include={"enabled", "interval", "node_state", "prolog"}

@@ -15,7 +15,15 @@ from collections.abc import Callable
 from kiln.inventory.context import InventoryContext
 from kiln.inventory.findings import FindingCollector
 from kiln.inventory.resolve import ResolvedHost
-from kiln.inventory.rules import cluster, connection, fabric, hosts, partitions, platform
+from kiln.inventory.rules import (
+    cluster,
+    connection,
+    fabric,
+    hosts,
+    partitions,
+    platform,
+    slurm,
+)
 from kiln.inventory.rules.partitions import WrittenPartition
 
 Rule = Callable[[InventoryContext, FindingCollector], None]
@@ -67,6 +75,8 @@ RULES: tuple[Rule, ...] = (
     cluster.has_compute_nodes,
     cluster.cluster_name_is_valid,
     cluster.versions_are_compatible,
+    slurm.slurm_comes_from_its_source,
+    slurm.slurm_conf_fits_the_release,
     connection.commands_run_on_the_controller,
     EachPartition(
         partitions.name_is_safe,

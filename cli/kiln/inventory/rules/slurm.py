@@ -1,0 +1,99 @@
+"""Rules about the Slurm a cluster gets: its source has the declared version on every node's
+platform, and slurm.conf holds nothing that version lacks (kiln.profiles.slurm's table)."""
+
+from __future__ import annotations
+
+from kiln.inventory.context import InventoryContext
+from kiln.inventory.findings import FindingCollector, Origin
+from kiln.inventory.resolve import ResolvedHost
+from kiln.inventory.schema import SlurmSpec, VersionsSpec
+from kiln.profiles.slurm import (
+    DEFAULT_PLATFORM,
+    conf_problems,
+    effective_release,
+    source_problems,
+)
+
+PLATFORM_KEY = "kiln_os"
+
+
+def _platform_of(ctx: InventoryContext, host: ResolvedHost) -> tuple[str, Origin | None]:
+    """A host's declared platform (kiln_os, e.g. debian-12) and where it is written; the default
+    platform when unset. The one place these rules read it."""
+    located = host.vars.get(PLATFORM_KEY)
+    if located is None:
+        return DEFAULT_PLATFORM, None
+    value = ctx.typed.get(id(located), located.value)
+    return (str(value) if value else DEFAULT_PLATFORM), located.origin
+
+
+def slurm_comes_from_its_source(ctx: InventoryContext, out: FindingCollector) -> None:
+    """The declared kiln_versions.slurm is one the declared source provides on every platform
+    the cluster's hosts run (the distribution's own Slurm, or an exact repository version)."""
+    declared, slurm = _declared(ctx)
+    if slurm is None:
+        return
+    for platform, (hosts, origin) in _platforms(ctx).items():
+        for problem in source_problems(declared, slurm.source, platform):
+            where = (
+                ctx.written_at("kiln_versions", "slurm")
+                or origin
+                or ctx.written_at("kiln_slurm", "source")
+                or ctx.declared_at(hosts[0])
+            )
+            out.error(
+                f"{problem.message} (hosts: {_few(hosts)})",
+                origin=where,
+                key="kiln_versions.slurm",
+                hint=problem.hint,
+            )
+
+
+def slurm_conf_fits_the_release(ctx: InventoryContext, out: FindingCollector) -> None:
+    """Every slurm.conf option and plugin kiln will write is one the cluster's Slurm takes."""
+    declared, slurm = _declared(ctx)
+    if slurm is None:
+        return
+    releases = {effective_release(declared, slurm.source, platform) for platform in _platforms(ctx)}
+    features = _conf_features(slurm)
+    for release in sorted(r for r in releases if r is not None):
+        for name, problem in conf_problems(release, features):
+            out.error(
+                problem.message,
+                origin=ctx.written_at("kiln_slurm", _FEATURE_KEYS[name])
+                or ctx.written_at("kiln_versions", "slurm"),
+                key=f"kiln_slurm.{_FEATURE_KEYS[name]}",
+                hint=problem.hint,
+            )
+
+
+# The inventory key that makes kiln write each feature of the table.
+_FEATURE_KEYS = {"switch/nvidia_imex": "imex", "topology/block": "topology"}
+
+
+def _conf_features(slurm: SlurmSpec) -> list[str]:
+    """The table's slurm.conf features kiln writes for these settings (templates/slurm.conf.j2)."""
+    return ["switch/nvidia_imex"] if slurm.imex else []
+
+
+def _declared(ctx: InventoryContext) -> tuple[str | None, SlurmSpec | None]:
+    """The written kiln_versions.slurm (None when unset: the distribution's own Slurm) and
+    kiln_slurm."""
+    written, _ = ctx.cluster_value("kiln_versions", VersionsSpec())
+    slurm, _ = ctx.cluster_value("kiln_slurm", SlurmSpec())
+    if written is None:
+        return None, None
+    return written.slurm, slurm
+
+
+def _platforms(ctx: InventoryContext) -> dict[str, tuple[list[str], Origin | None]]:
+    found: dict[str, tuple[list[str], Origin | None]] = {}
+    for name, host in ctx.hosts.items():
+        platform, origin = _platform_of(ctx, host)
+        hosts, first = found.setdefault(platform, ([], origin))
+        hosts.append(name)
+    return found
+
+
+def _few(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
