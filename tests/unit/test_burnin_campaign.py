@@ -506,11 +506,17 @@ def test_kiln_burnin_exits_1_when_a_node_was_not_tested(tmp_path, monkeypatch, c
         def show(self, names):
             return {n: NodeState(n, "mixed" if n == NODE2 else "idle") for n in names}
 
+    import shutil
+
     ctl = Busy(holding=[f"4711|RUNNING|alice|(null)|{NODE2}\n"])
     monkeypatch.setenv("KILN_HOME", str(tmp_path / "state"))
     monkeypatch.setattr(C, "Controller", lambda cluster, root: ctl)
     results_from(monkeypatch, {NODE1: {f"gemm/{NODE1}.json": gemm_doc(NODE1)}})
-    rc = command.burnin(SANDBOX, json=True, skip_runtime=True)
+    inventory = tmp_path / "inventory"  # the lock and verdicts kept here, not on a live sandbox
+    shutil.copytree(SANDBOX, inventory)
+    with (inventory / "group_vars" / "all.yml").open("a", encoding="utf-8") as handle:
+        handle.write("\nkiln_state:\n  backend: local\n")
+    rc = command.burnin(inventory, json=True, skip_runtime=True)
     doc = json.loads(capsys.readouterr().out)
     assert doc["drained"] == {} and list(doc["not_tested"]) == [NODE2]
     assert doc["passed"] is False and rc == 1

@@ -157,4 +157,9 @@ def test_export_carries_the_validated_versions_with_defaults_filled(tmp_path):
         "    kiln_compute:\n      hosts: {gpu001: {kiln_gpu_model: h100-sxm, kiln_rack: r1}}\n"
     )
     exported = json.loads(export_inventory(require_valid(minimal), tmp_path / "o2").read_text())
-    assert exported["all"]["vars"]["kiln_versions"] == default
+    # An undeclared Slurm stays unset: the slurm roles install what the OS ships (22.05.8 on
+    # debian-12), never the table's newest, which Debian's archive does not carry.
+    assert exported["all"]["vars"]["kiln_versions"] == {**default, "slurm": None}
+    from kiln.profiles.slurm import pin_filter
+
+    assert pin_filter(exported["all"]["vars"]["kiln_versions"]["slurm"]) == "22.05.8"

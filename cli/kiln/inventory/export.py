@@ -67,12 +67,15 @@ def render_inventory(cluster: Cluster, hosts: list[str] | None = None) -> str:
     names = hosts if hosts is not None else [node.name for node in cluster.nodes]
     chosen = set(names)
     per_host = {name: resolved_vars(cluster.node(name)) for name in names}
-    for variables in per_host.values():
-        variables.pop("kiln_versions", None)
+    written = [variables.pop("kiln_versions", None) for variables in per_host.values()]
     all_vars = _hoist(list(per_host.values()))
     # The versions as validated, defaults filled from the compatibility table: the nvidia and
-    # nccl stages install exactly these.
-    all_vars["kiln_versions"] = cluster.versions.model_dump()
+    # nccl stages install exactly these. An undeclared Slurm stays unset: the slurm roles then
+    # install what the nodes' distribution ships (kiln_slurm_pin), which validate checked.
+    versions = cluster.versions.model_dump()
+    if not any(isinstance(w, dict) and w.get("slurm") for w in written):
+        versions["slurm"] = None
+    all_vars["kiln_versions"] = versions
     children: dict[str, dict] = {}
     for group, members in cluster.groups.items():
         if group in ("all", "ungrouped"):
