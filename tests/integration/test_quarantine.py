@@ -166,7 +166,10 @@ def test_a_new_node_is_never_schedulable_before_its_burn_in_passes(provisioned_s
     try:
         # 1. The cluster without the node; the node as a machine that never ran slurmd.
         on(new, "systemctl", "disable", "--now", "slurmd")
-        on(new, "sh", "-c", "DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq slurmd")
+        # kiln holds its Slurm packages at the declared version: a machine that never had
+        # them has no hold either.
+        on(new, "sh", "-c", "apt-mark unhold slurmd >/dev/null && "
+           "DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq slurmd")  # fmt: skip
         on(new, "rm", "-rf", MARKER, "/var/lib/kiln/slurm-restart-pending",
            "/var/lib/kiln/slurm-reconfigure-pending", "/var/spool/slurmd")  # fmt: skip
         _hosts_without(inventory / "hosts.yml", new)
