@@ -15,6 +15,7 @@ host first for the package tools), so a test reads what happened, and in which o
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -228,3 +229,30 @@ class Drains:
             else:
                 lines.append(f"{MARK} {node} kept drained|{now}")
         return "\n".join(lines) + "\n"
+
+
+def role_playbook(
+    tmp_path: Path, inventory: dict, play: object, *, state: Path, bin_dir: Path, run_id: str
+) -> tuple[list[str], dict]:
+    """ansible-playbook's argv and environment for a play of kiln's roles over local hosts:
+    the inventory and play written as JSON into tmp_path, the stand-ins first on PATH, kiln's
+    roles and filters found as the engine finds them."""
+    (tmp_path / "hosts.yml").write_text(json.dumps(inventory))
+    (tmp_path / "play.yml").write_text(json.dumps(play))
+    argv = [
+        str(Path(sys.executable).parent / "ansible-playbook"),
+        "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"),
+        "-f", "10", "-e", f"kiln_run_id={run_id}",
+    ]  # fmt: skip
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PYTHONPATH": str(ROOT / "cli"),
+        "KILN_FAKE_SLURM": str(state),
+        "ANSIBLE_ROLES_PATH": str(ROOT / "playbooks" / "roles"),
+        "ANSIBLE_FILTER_PLUGINS": str(ROOT / "playbooks" / "filter_plugins"),
+        "ANSIBLE_LOCALHOST_WARNING": "false",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    return argv, env

@@ -7,15 +7,13 @@ the stand-ins of tests/slurm_doubles.py, replaying the recorded real `scontrol s
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from slurm_doubles import calls, install_doubles, node
+from slurm_doubles import calls, install_doubles, node, role_playbook
 
 pytestmark = pytest.mark.local
 
@@ -85,24 +83,9 @@ def play(tmp_path: Path, controllers: dict) -> subprocess.CompletedProcess:
             },
         }
     }
-    (tmp_path / "hosts.yml").write_text(json.dumps(inventory))
-    (tmp_path / "play.yml").write_text(json.dumps(PLAY))
-    argv = [
-        str(Path(sys.executable).parent / "ansible-playbook"),
-        "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"),
-        "-f", "10", "-e", f"kiln_run_id={RUN_ID}",
-    ]  # fmt: skip
-    env = {
-        **os.environ,
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-        "PYTHONPATH": str(ROOT / "cli"),
-        "KILN_FAKE_SLURM": str(state),
-        "ANSIBLE_ROLES_PATH": str(PLAYBOOKS / "roles"),
-        "ANSIBLE_FILTER_PLUGINS": str(PLAYBOOKS / "filter_plugins"),
-        "ANSIBLE_LOCALHOST_WARNING": "false",
-        "ANSIBLE_FORCE_COLOR": "0",
-        "ANSIBLE_NOCOLOR": "1",
-    }
+    argv, env = role_playbook(
+        tmp_path, inventory, PLAY, state=state, bin_dir=bin_dir, run_id=RUN_ID
+    )
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
 
 

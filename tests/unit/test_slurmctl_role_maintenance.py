@@ -13,14 +13,13 @@ stand-in's call log and from a marker the work writes.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from slurm_doubles import SCONTROL, SCONTROL_SHOW, TIMED_OUT, UNREACHABLE
+from slurm_doubles import SCONTROL, SCONTROL_SHOW, TIMED_OUT, UNREACHABLE, role_playbook
 
 pytestmark = pytest.mark.local
 
@@ -102,25 +101,7 @@ def setup(tmp_path: Path) -> tuple[list[str], dict]:
             },
         }
     }
-    (tmp_path / "hosts.yml").write_text(json.dumps(inventory))
-    (tmp_path / "play.yml").write_text(json.dumps(PLAY))
-    argv = [
-        str(Path(sys.executable).parent / "ansible-playbook"),
-        "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"),
-        "-f", "10", "-e", f"kiln_run_id={RUN_ID}",
-    ]  # fmt: skip
-    env = {
-        **os.environ,
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-        "PYTHONPATH": str(ROOT / "cli"),
-        "KILN_FAKE_SLURM": str(state),
-        "ANSIBLE_ROLES_PATH": str(PLAYBOOKS / "roles"),
-        "ANSIBLE_FILTER_PLUGINS": str(PLAYBOOKS / "filter_plugins"),
-        "ANSIBLE_LOCALHOST_WARNING": "false",
-        "ANSIBLE_FORCE_COLOR": "0",
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    return argv, env
+    return role_playbook(tmp_path, inventory, PLAY, state=state, bin_dir=bin_dir, run_id=RUN_ID)
 
 
 def run(argv: list[str], env: dict) -> subprocess.CompletedProcess:
