@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from importlib import resources
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -33,3 +33,7 @@ def dotted(value: Any) -> str:
     value = str(value)
     parse_version(value)
     return value
+
+
+# A version written in YAML as a number (12.2, 22.05) read as its dotted text, and checked.
+Dotted = Annotated[str, BeforeValidator(dotted)]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from kiln.profiles._common import Model, dotted, parse_version, read_yaml
+from kiln.profiles._common import Dotted, Model, dotted, parse_version, read_yaml
 
 if TYPE_CHECKING:
     from kiln.profiles import HardwareProfile
@@ -22,14 +22,9 @@ VersionKey = Literal["driver_branch", "cuda", "nccl", "slurm"]
 
 class Versions(Model):
     driver_branch: int
-    cuda: str
-    nccl: str
-    slurm: str
-
-    @field_validator("cuda", "nccl", "slurm", mode="before")
-    @classmethod
-    def _as_str(cls, value: Any) -> str:
-        return dotted(value)
+    cuda: Dotted
+    nccl: Dotted
+    slurm: Dotted
 
     def describe(self) -> str:
         return (
@@ -54,12 +49,7 @@ class CompatProblem(Model):
 
 
 class DriverBranch(Model):
-    max_cuda: str
-
-    @field_validator("max_cuda", mode="before")
-    @classmethod
-    def _as_str(cls, value: Any) -> str:
-        return dotted(value)
+    max_cuda: Dotted
 
 
 class GpuRule(Model):
@@ -72,13 +62,8 @@ class FabricManagerRule(Model):
 
 
 class NcclRelease(Model):
-    min_cuda: str
-    max_cuda: str
-
-    @field_validator("min_cuda", "max_cuda", mode="before")
-    @classmethod
-    def _as_str(cls, value: Any) -> str:
-        return dotted(value)
+    min_cuda: Dotted
+    max_cuda: Dotted
 
     def builds_for(self, cuda: str) -> bool:
         return parse_version(self.min_cuda) <= parse_version(cuda) <= parse_version(self.max_cuda)
@@ -87,13 +72,8 @@ class NcclRelease(Model):
 class Architecture(Model):
     """A GPU architecture: the oldest CUDA with kernels for it, and burn-in's torch build."""
 
-    min_cuda: str
+    min_cuda: Dotted
     burnin_runtime: str  # a key of `burnin_runtimes`
-
-    @field_validator("min_cuda", mode="before")
-    @classmethod
-    def _as_str(cls, value: Any) -> str:
-        return dotted(value)
 
 
 class BurninRuntime(Model):
@@ -101,15 +81,10 @@ class BurninRuntime(Model):
     runtime, cuBLAS and NCCL; a wheel runs only on architectures it carries kernels for)."""
 
     name: str = ""  # its key in compat.yml
-    torch: str
-    cuda: str
+    torch: Dotted
+    cuda: Dotted
     index_url: str
     default: bool = False  # the build for nodes without a GPU architecture
-
-    @field_validator("torch", "cuda", mode="before")
-    @classmethod
-    def _as_str(cls, value: Any) -> str:
-        return dotted(value)
 
     @property
     def requirements(self) -> list[str]:

@@ -12,35 +12,23 @@ import functools
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import field_validator
-
-from kiln.profiles._common import Model, dotted, parse_version, read_yaml
+from kiln.profiles._common import Dotted, Model, dotted, parse_version, read_yaml
 
 SlurmSource = Literal["distribution", "repository"]
 DEFAULT_PLATFORM = "debian-12"
 
 
 class ShippedSlurm(Model):
-    ships: str  # the upstream version the OS release carries, e.g. 22.05.8
+    ships: Dotted  # the upstream version the OS release carries, e.g. 22.05.8
     package: str  # the archive's package version when it was read
     source: str  # where the figure was read
     repository: str | None = None  # an extra repository it comes from (EPEL)
 
-    @field_validator("ships", mode="before")
-    @classmethod
-    def _as_str(cls, value: Any) -> str:
-        return dotted(value)
-
 
 class ConfFeature(Model):
     line: str  # what kiln writes into slurm.conf
-    introduced: str  # the first Slurm release that takes it
+    introduced: Dotted  # the first Slurm release that takes it
     source: str
-
-    @field_validator("introduced", mode="before")
-    @classmethod
-    def _as_str(cls, value: Any) -> str:
-        return dotted(value)
 
 
 class SlurmProblem(Model):
