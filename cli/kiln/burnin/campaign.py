@@ -37,6 +37,7 @@ nodes first and renders the report after; the campaign in between:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -322,10 +323,10 @@ class _Campaign:
             self.options.hold()
         names = {n for spec in specs for n in spec.nodes}
         limit = max(minutes, self.out.suite.time_limit_minutes)
-
-        def window(ids: list[str]) -> None:
-            self._window(names, ids)
-
+        window = functools.partial(
+            lift_while_starting, self.ctl, self.kiln_drained, names, outcome=self.out,
+            progress=self.progress,
+        )  # fmt: skip
         return self.queue.run(specs, what, limit_minutes=limit, submitted=window)
 
     def _pair_rounds(self, groups: dict[int, list[str]]) -> list[list[J.JobSpec]]:
@@ -361,9 +362,6 @@ class _Campaign:
             why = "below its floor" if below else "no floor: the pairs compare it with the fleet"
             self.progress(f"{name}: {busbw:g} GB/s, {why}")
         return slow
-
-    def _window(self, names: set[str], ids: list[str]) -> None:
-        lift_while_starting(self.ctl, self.kiln_drained, names, ids, self.out, self.progress)
 
     def _apply_states(self) -> None:
         if self.options.drain:  # else judge only: every window put its drains back already

@@ -154,9 +154,6 @@ class Outcome:
     result: str  # applied | kept | failed; the window: restored | kept | unlifted | failed
     now: str = ""  # kept: the state and reason it holds instead; failed: why
 
-    def to_dict(self) -> dict:
-        return {"node": self.node, "result": self.result, "now": self.now}
-
 
 def _read(stdout: str) -> dict[str, Outcome]:
     """The last outcome line of each node."""
@@ -205,7 +202,8 @@ def open_window(
 ) -> list[Outcome]:
     """Lift `drains` (node -> the reason it holds) until `job_ids` have started or
     `wait_seconds` pass, then drain each again with its reason (detached on the controller).
-    Outcomes per node: restored, kept (someone drained it meanwhile) or failed."""
+    Outcomes per node: restored, kept (someone drained it meanwhile), unlifted (scontrol
+    refused the lift: still drained) or failed."""
     if not drains:
         return []
     try:
