@@ -3,18 +3,16 @@ from the compatibility table (a Blackwell B200 needs a CUDA 12.8 build; Hopper k
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import yaml
-from jinja2.nativetypes import NativeEnvironment
 
 from kiln.profiles import burnin_runtime, get_profile, load_compat, load_profiles, parse_version
+from role_defaults import render_role_defaults
 
 ROOT = Path(__file__).parents[2]
 ROLE = ROOT / "playbooks" / "roles" / "burnin"
-SHIM = ROOT / "playbooks" / "filter_plugins" / "kiln_gpu_filters.py"
 
 
 def test_b200_gets_a_cuda_12_8_build_and_hopper_keeps_its():
@@ -36,18 +34,9 @@ def test_every_gpu_gets_a_build_with_kernels_for_its_architecture(profile_id):
 
 
 def render_defaults(model: str) -> dict:
-    """The role's defaults as Ansible templates them for a node of `model`, with kiln's filter
-    loaded through the very shim the playbooks use."""
-    spec = importlib.util.spec_from_file_location("kiln_gpu_filters", SHIM)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    env = NativeEnvironment()
-    env.filters.update(module.FilterModule().filters())
-    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-    values = {"kiln_gpu_model": model}
-    for key in ("burnin_gpu_runtime", "burnin_venv_requirements", "burnin_pip_index_url"):
-        values[key] = env.from_string(defaults[key]).render(values)
-    return values
+    """The burnin role's defaults as Ansible templates them for a node of `model`."""
+    keys = ("burnin_gpu_runtime", "burnin_venv_requirements", "burnin_pip_index_url")
+    return render_role_defaults("burnin", {"kiln_gpu_model": model}, keys)
 
 
 def test_the_role_installs_the_build_the_table_chooses():

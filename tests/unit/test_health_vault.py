@@ -16,7 +16,7 @@ import pytest
 
 from kiln.app import main
 from kiln.fleet import ExecResult, NodeResult, Status
-from kiln.inventory.vault import VaultConfig, activate
+from vault_env import no_vault_env  # noqa: F401  (autouse: applies here)
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vault"
 PASSWORD = FIXTURE / "password"
@@ -25,15 +25,6 @@ HEALTHY = json.dumps(
     {"kind": "kiln-health", "version": 2, "node": "gpu01", "ok": True, "findings": [],
      "action": {"verb": "none", "reason": "", "why": "report only"}}
 )  # fmt: skip
-
-
-@pytest.fixture(autouse=True)
-def no_vault_env(monkeypatch):
-    for name in ("ANSIBLE_VAULT_PASSWORD_FILE", "ANSIBLE_VAULT_IDENTITY_LIST"):
-        monkeypatch.delenv(name, raising=False)
-    activate(VaultConfig())
-    yield
-    activate(VaultConfig())
 
 
 @pytest.fixture

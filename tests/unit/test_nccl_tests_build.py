@@ -4,19 +4,17 @@ GPU all-reduce runs on the pinned NCCL instead of falling back to torch's own.""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import yaml
-from jinja2.nativetypes import NativeEnvironment
 
 from kiln.gpu.packages import nccl_tests_cuda_packages
 from kiln.profiles import load_compat
+from role_defaults import render_role_defaults
 
 ROOT = Path(__file__).parents[2]
 ROLE = ROOT / "playbooks" / "roles" / "nccl"
-SHIM = ROOT / "playbooks" / "filter_plugins" / "kiln_gpu_filters.py"
 
 
 @pytest.mark.parametrize(
@@ -33,24 +31,9 @@ def test_the_cuda_packages_the_build_needs_are_named_by_the_pinned_cuda(cuda, pa
 
 
 def render_defaults(versions: dict) -> dict:
-    """The role's defaults as Ansible templates them, with kiln's filters loaded through the
-    shim the playbooks use."""
-    spec = importlib.util.spec_from_file_location("kiln_gpu_filters", SHIM)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    env = NativeEnvironment()
-    env.filters.update(module.FilterModule().filters())
-    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-    values: dict = {"kiln_versions": versions}
-    for key in (
-        "nccl_version",
-        "nccl_cuda_version",
-        "nccl_tests_build",
-        "nccl_tests_cuda_packages",
-    ):
-        value = defaults[key]
-        values[key] = env.from_string(value).render(values) if isinstance(value, str) else value
-    return values
+    """The nccl role's defaults as Ansible templates them for these kiln_versions."""
+    keys = ("nccl_version", "nccl_cuda_version", "nccl_tests_build", "nccl_tests_cuda_packages")
+    return render_role_defaults("nccl", {"kiln_versions": versions}, keys)
 
 
 def test_gpu_nodes_build_nccl_tests_by_default_on_the_pinned_cuda():

@@ -22,11 +22,12 @@ from kiln.app import main
 from kiln.errors import ExitCode, InvalidInputError
 from kiln.inventory import load_cluster, require_valid
 from kiln.inventory.redact import REDACTED, redact, secret_keys, secret_strings
-from kiln.inventory.vault import VaultConfig, activate
+from kiln.inventory.vault import VaultConfig
 from kiln.plan import PlanOptions, make_plan
 from kiln.plan.stages import Stage
 from kiln.runner import engine
 from kiln.runner.execute import execute
+from vault_env import no_vault_env  # noqa: F401  (autouse: applies here)
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vault"
 INVENTORY = FIXTURE / "inventory"
@@ -38,15 +39,6 @@ PLAINTEXTS = (
     "become-secret-compute",
     (FIXTURE / "munge-key.b64").read_text().strip(),
 )
-
-
-@pytest.fixture(autouse=True)
-def no_vault_env(monkeypatch):
-    for name in ("ANSIBLE_VAULT_PASSWORD_FILE", "ANSIBLE_VAULT_IDENTITY_LIST"):
-        monkeypatch.delenv(name, raising=False)
-    activate(VaultConfig())
-    yield
-    activate(VaultConfig())
 
 
 def run_kiln(capsys, *argv: str) -> tuple[int, str, str]:
