@@ -61,6 +61,19 @@ def wait_for(predicate, seconds: float, what: str):
     raise AssertionError(f"timed out after {seconds:g}s waiting for {what}: {states()}")
 
 
+def held_until_drained(seconds: float = 60) -> dict[str, str]:
+    """Slurm's view once no node is still `draining` (a job that has left squeue may still be
+    completing on its node); at every sample each node holds its quarantine, never lifted."""
+    deadline = time.monotonic() + seconds
+    while True:
+        now = states()
+        held = {n: s.split("|", 1)[0] in ("drained", "draining") for n, s in now.items()}
+        assert all(held[n] and now[n].endswith(f"|{QUARANTINE}") for n in NODES), now
+        if all(now[n].startswith("drained|") for n in NODES) or time.monotonic() > deadline:
+            return now
+        time.sleep(0.5)
+
+
 def both_draining_under_jobs() -> bool:
     now = states()
     running = [j for j in kiln_jobs() if j.endswith("|RUNNING")]
@@ -100,7 +113,7 @@ def test_a_killed_burnin_leaves_every_quarantined_node_drained(
         assert run.wait(timeout=120) == 143, (tmp_path / "term.log").read_text()
         assert "No reservations" in slurm("scontrol", "show", "reservation")
         wait_for(lambda: not kiln_jobs(), 120, "the cancelled jobs to leave the queue")
-        assert states() == dict.fromkeys(NODES, f"drained|{QUARANTINE}")
+        assert held_until_drained() == dict.fromkeys(NODES, f"drained|{QUARANTINE}")
 
         # SIGKILL: nothing of kiln runs; its reservation and jobs are left behind.
         run = start_burnin(lenient, state, tmp_path / "kill.log", seconds=20)
@@ -117,7 +130,7 @@ def test_a_killed_burnin_leaves_every_quarantined_node_drained(
         # Every node stays unschedulable while the reservation and the jobs are gone.
         wait_for(lambda: not kiln_jobs(), 180, "the left jobs to end")
         slurm("scontrol", "delete", f"reservationname={left['reservation']}")
-        assert states() == dict.fromkeys(NODES, f"drained|{QUARANTINE}")
+        assert held_until_drained() == dict.fromkeys(NODES, f"drained|{QUARANTINE}")
     finally:
         # The next burn-in undoes whatever is left, passes and resumes the nodes.
         done = subprocess.run(
