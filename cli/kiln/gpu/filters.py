@@ -24,7 +24,14 @@ from kiln.gpu.packages import (
     stack_versions,
     upstream_version,
 )
-from kiln.gpu.platform import platform_mismatch, role_platform
+from kiln.gpu.platform import (
+    driver_install_names,
+    installed_driver,
+    module_streams,
+    platform_mismatch,
+    role_platform,
+    rpm_installed,
+)
 from kiln.gpu.rails import NEAR_PATHS, rail_check, topology_from_packed
 from kiln.gpu.trust import key_problem
 from kiln.parsers import ParseError
@@ -137,6 +144,10 @@ FILTERS = {
     "kiln_key_problem": key_problem,
     # the node's OS entry (platforms.yml): repository, key, package names, hold mechanism
     "kiln_gpu_platform": role_platform,
+    "kiln_installed_driver": installed_driver,
+    "kiln_rpm_installed": rpm_installed,
+    "kiln_driver_install_names": driver_install_names,
+    "kiln_module_streams": module_streams,
     "kiln_platform_mismatch": lambda facts, os_id, arch: (
         platform_mismatch(facts, str(os_id), str(arch)) or ""
     ),

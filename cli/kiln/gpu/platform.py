@@ -8,6 +8,7 @@ branches in tasks. Preflight compares the same facts with the inventory's kiln_o
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from kiln.profiles.platforms import ARCH_DIRS, load_platforms
@@ -59,6 +60,10 @@ def role_platform(
     def named(names: list[str]) -> list[str]:
         return [n.replace("{branch}", str(branch)) for n in names] if branch else list(names)
 
+    driver = platform.driver
+    distribution = getattr(driver.distribution, flavour) if driver.distribution else None
+    stream = getattr(driver.stream, flavour) if driver.stream else None
+
     return {
         "os": os_id,
         "arch": arch,
@@ -74,6 +79,13 @@ def role_platform(
         "driver_main": named(getattr(platform.driver, flavour))[0],
         "driver_query": list(platform.driver.query),
         "driver_packages": named(getattr(platform.driver, flavour)),
+        # the main package of either flavour, {branch} left in: an installed driver of any branch
+        "driver_mains": [driver.proprietary[0], driver.open[0]],
+        "driver_stream": stream.replace("{branch}", str(branch)) if stream and branch else None,
+        "driver_distribution_packages": named(distribution) if distribution else None,
+        "fabricmanager_packages": named(driver.fabricmanager),
+        "companion_version": family.companion_version,
+        "userns_sysctl": platform.userns_sysctl,
         "nccl_packages": list(family.nccl_packages),
         "version_separator": family.version_separator,
         "cudart_dev": family.cudart_dev,
@@ -83,6 +95,70 @@ def role_platform(
         "initramfs_command": list(family.initramfs_command),
         "headers_package": family.headers_package.replace("{kernel}", kernel),
     }
+
+
+def installed_driver(installed: dict[str, str], platform: dict[str, Any]) -> str | None:
+    """The installed driver's package version, of any branch and either flavour (Ubuntu's
+    nvidia-driver-535 on a node moving to 550), or None when no driver is installed."""
+    for template in platform["driver_mains"]:
+        pattern = re.compile("^" + re.escape(template).replace(r"\{branch\}", r"\d+") + "$")
+        for name in sorted(installed):
+            if pattern.match(name):
+                return installed[name]
+    return None
+
+
+def rpm_installed(rpm_query: str) -> dict[str, str]:
+    """Installed packages from `rpm -q --qf '%{NAME} %{EPOCH}:%{VERSION}-%{RELEASE}\\n' NAMES`,
+    as kiln_dpkg_installed gives dpkg's: name -> version, the epoch kept where there is one
+    ("3:550.54.15-1.el9"); "package X is not installed" lines are skipped."""
+    found = {}
+    for line in rpm_query.splitlines():
+        fields = line.split()
+        if len(fields) != 2 or line.startswith("package "):
+            continue
+        name, version = fields
+        found[name] = version.removeprefix("(none):")
+    return found
+
+
+def driver_install_names(
+    platform: dict[str, Any],
+    target: str,
+    packages: list[str],
+    fabricmanager: bool = False,
+    pin_all: bool = True,
+) -> list[str]:
+    """What the package manager is asked to install: the driver's main package at exactly
+    `target`, the rest of its packages at the same version (`pin_all`; the distribution's archive
+    leaves them to the main package's dependencies), and the fabric manager and NSCQ at the
+    driver's version as this OS spells theirs (exact on apt; upstream on dnf)."""
+    sep = platform["version_separator"]
+    main, *rest = packages
+    names = [f"{main}{sep}{target}"] + [f"{n}{sep}{target}" if pin_all else n for n in rest]
+    if fabricmanager:
+        companion = target if platform["companion_version"] == "exact" else _upstream(target)
+        names += [f"{n}{sep}{companion}" for n in platform["fabricmanager_packages"]]
+    return names
+
+
+def module_streams(listing: str, module: str) -> dict[str, Any]:
+    """What `dnf module list MODULE` says: whether the repositories have the module at all,
+    its streams, and the enabled one ([e] beside the stream), or None."""
+    streams, enabled = [], None
+    for line in listing.splitlines():
+        fields = line.split()
+        if len(fields) < 2 or fields[0] != module:
+            continue
+        streams.append(fields[1])
+        # the stream's own markers come right after it: "550-dkms [e]", "latest-dkms [d][e]"
+        if len(fields) > 2 and fields[2].startswith("[") and "[e]" in fields[2]:
+            enabled = fields[1]
+    return {"present": bool(streams), "streams": streams, "enabled": enabled}
+
+
+def _upstream(version: str) -> str:
+    return version.split(":", 1)[-1].split("-", 1)[0]
 
 
 def pinned(packages: list[str], version: str, separator: str) -> list[str]:

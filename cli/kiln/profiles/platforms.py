@@ -32,6 +32,9 @@ class Family(Model):
     mpi_home: str
     initramfs_command: list[str]
     headers_package: str
+    # the fabric manager's and NSCQ's version: the driver's exact package version (apt), or its
+    # upstream version (dnf: they carry no epoch where the driver's packages do)
+    companion_version: Literal["exact", "upstream"]
 
 
 class Key(Model):
@@ -39,10 +42,23 @@ class Key(Model):
     fingerprint: str = Field(pattern=r"^[0-9A-F]{40}$")
 
 
-class DriverPackages(Model):
-    query: list[str]
+class Flavours(Model):
     proprietary: list[str]
     open: list[str]
+
+
+class Streams(Model):
+    proprietary: str
+    open: str
+
+
+class DriverPackages(Model):
+    query: list[str]
+    stream: Streams | None = None  # the dnf module stream that pins the branch
+    proprietary: list[str]
+    open: list[str]
+    fabricmanager: list[str]
+    distribution: Flavours | None = None  # the distribution's archive; None: not offered
 
 
 class Platform(Model):
@@ -56,6 +72,7 @@ class Platform(Model):
     key: str
     min_driver_branch: int
     driver_role: bool
+    userns_sysctl: str | None = None  # the sysctl restricting unprivileged user namespaces
     driver: DriverPackages
 
     def repository_url(self, arch: str) -> str:
