@@ -31,6 +31,7 @@ from kiln.gpu.platform import (
     platform_mismatch,
     role_platform,
     rpm_installed,
+    userns_sysctl,
 )
 from kiln.gpu.rails import NEAR_PATHS, rail_check, topology_from_packed
 from kiln.gpu.trust import key_problem
@@ -148,6 +149,7 @@ FILTERS = {
     "kiln_rpm_installed": rpm_installed,
     "kiln_driver_install_names": driver_install_names,
     "kiln_module_streams": module_streams,
+    "kiln_userns_sysctl": userns_sysctl,
     "kiln_platform_mismatch": lambda facts, os_id, arch: (
         platform_mismatch(facts, str(os_id), str(arch)) or ""
     ),

@@ -97,6 +97,15 @@ def role_platform(
     }
 
 
+def userns_sysctl(facts: dict[str, Any]) -> str:
+    """The sysctl that restricts unprivileged user namespaces on this node's OS (Ubuntu 24.04's
+    AppArmor restriction), or "" where there is none, or the OS has no entry (the base role runs
+    on every node, GPU stack or not)."""
+    os_id, _ = facts_platform(facts)
+    platform = load_platforms().get(os_id) if os_id else None
+    return (platform.userns_sysctl or "") if platform else ""
+
+
 def installed_driver(installed: dict[str, str], platform: dict[str, Any]) -> str | None:
     """The installed driver's package version, of any branch and either flavour (Ubuntu's
     nvidia-driver-535 on a node moving to 550), or None when no driver is installed."""

@@ -2,7 +2,9 @@
 
 An OS kiln has no entry for, an architecture NVIDIA publishes no repository for on that OS, or a
 driver branch that OS's repository does not carry is refused here, with file:line, instead of
-half-way through the nvidia stage (kiln.profiles platforms.yml holds the table).
+half-way through the nvidia stage (kiln.profiles platforms.yml holds the table); so is
+nvidia_driver_source: distribution where kiln has no list of the distribution's driver packages
+(only Debian's archive carries them in a form kiln installs).
 """
 
 from __future__ import annotations
@@ -38,4 +40,22 @@ def os_is_supported(ctx: InventoryContext, host: ResolvedHost, out: FindingColle
             host=host.name,
             hint="see docs/gpu.md, Platforms: which OS releases, architectures and driver "
             "branches kiln's NVIDIA stack runs on",
+        )
+
+    source = host.vars.get("nvidia_driver_source")
+    platform = table.get(os_id)
+    if (
+        branch is not None
+        and platform is not None
+        and source is not None
+        and source.value == "distribution"
+        and platform.driver.distribution is None
+    ):
+        out.error(
+            f"{host.name}: nvidia_driver_source: distribution is not offered on {platform.name}:"
+            " kiln installs the driver there from NVIDIA's repository only (cuda)",
+            origin=source.origin or ctx.declared_at(host.name),
+            key="nvidia_driver_source",
+            host=host.name,
+            hint="see docs/gpu.md, Platforms",
         )
