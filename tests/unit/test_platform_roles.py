@@ -1,0 +1,417 @@
+"""What the nvidia roles would put on each platform (#28), against recorded real ansible_facts
+(tests/fixtures/real/ansible-facts, SOURCE.txt): repository and key, the driver's packages at
+their exact version, the branch pin, the hold mechanism, the DCGM, CUDA and NCCL package names,
+Ubuntu 24.04's user-namespace sysctl. Ubuntu and RHEL hosts cannot be run here (their images
+cannot be pulled on these machines; docs/gpu.md, Platforms): the unit tests render the roles'
+own vars and defaults with kiln's filters, the `local` tests run real ansible-playbook over the
+recorded facts and check every playbook's syntax."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from jinja2 import StrictUndefined, TemplateError
+from jinja2.nativetypes import NativeEnvironment
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOKS = ROOT / "playbooks"
+ROLES = PLAYBOOKS / "roles"
+FACTS = ROOT / "tests" / "fixtures" / "real" / "ansible-facts"
+REPOS = "https://developer.download.nvidia.com/compute/cuda/repos"
+DEBIAN_12 = {  # no recorded capture: the keys kiln reads, as Debian 12's setup reports them
+    "ansible_distribution": "Debian",
+    "ansible_distribution_version": "12.5",
+    "ansible_distribution_major_version": "12",
+    "ansible_architecture": "x86_64",
+    "ansible_kernel": "6.1.0-28-amd64",
+}
+
+
+def recorded(name: str) -> dict:
+    """A recorded capture as the node's ansible_facts (without the ansible_ prefix); a capture
+    that shows no architecture is given x86_64 (said in SOURCE.txt)."""
+    if name == "debian-12":
+        raw = DEBIAN_12
+    elif name == "rocky-9.6":
+        raw = json.loads((FACTS / "rocky-9.6-and-ubuntu-24.04.json").read_text())["rocky"]
+    else:
+        raw = json.loads((FACTS / name).read_text())
+    facts = {key.removeprefix("ansible_"): value for key, value in raw.items()}
+    facts.setdefault("architecture", "x86_64")
+    facts.setdefault("kernel", "5.14.0-362.8.1.el9_3.x86_64")
+    return facts
+
+
+def environment() -> NativeEnvironment:
+    """Jinja with kiln's filters, loaded through the shims the playbooks use, and the one
+    Ansible filters the roles' variables use (basename, split)."""
+    env = NativeEnvironment(undefined=StrictUndefined)
+    env.filters["basename"] = os.path.basename
+    env.filters["split"] = lambda text, sep=None: str(text).split(sep)
+    for shim in sorted((PLAYBOOKS / "filter_plugins").glob("kiln_*.py")):
+        spec = importlib.util.spec_from_file_location(shim.stem, shim)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        env.filters.update(module.FilterModule().filters())
+    return env
+
+
+def render_role(role: str, values: dict, names: list[str]) -> dict:
+    """The role's defaults and vars (vars win, as in Ansible) with `values` set, each rendered
+    once everything it reads is (a variable of runtime results is never needed here)."""
+    env = environment()
+    raw: dict = {}
+    for part in ("defaults", "vars"):
+        path = ROLES / role / part / "main.yml"
+        if path.exists():
+            raw.update(yaml.safe_load(path.read_text()) or {})
+    raw.update(values)
+    done = {k: v for k, v in raw.items() if "{{" not in str(v)}
+    pending = {k: v for k, v in raw.items() if k not in done}
+
+    def render(value):
+        if isinstance(value, list):
+            return [render(item) for item in value]
+        return env.from_string(value.strip()).render(done) if isinstance(value, str) else value
+
+    while pending:
+        progress = False
+        for key, template in list(pending.items()):
+            try:
+                done[key] = render(template)
+            except (TemplateError, TypeError, AttributeError, KeyError):
+                continue
+            del pending[key]
+            progress = True
+        if not progress:
+            break
+    return {name: done[name] for name in names}
+
+
+CASES = {
+    # capture: (kiln_os, repository dir, key file, flavour, driver packages, module stream, hold)
+    "ubuntu-22.04-x86_64.json": (
+        "ubuntu2204/x86_64",
+        "3bf863cc.pub",
+        "proprietary",
+        ["nvidia-driver-550", "nvidia-dkms-550", "nvidia-utils-550", "nvidia-compute-utils-550"],
+        None,
+        "apt-mark",
+    ),
+    "ubuntu-24.04-aarch64.json": (
+        "ubuntu2404/sbsa",
+        "3bf863cc.pub",
+        "open",
+        [
+            "nvidia-driver-550-open",
+            "nvidia-dkms-550-open",
+            "nvidia-utils-550",
+            "nvidia-compute-utils-550",
+        ],
+        None,
+        "apt-mark",
+    ),
+    "rhel-9.7-aarch64.json": (
+        "rhel9/sbsa",
+        "D42D0685.pub",
+        "proprietary",
+        ["nvidia-driver", "kmod-nvidia-latest-dkms", "nvidia-driver-cuda", "nvidia-persistenced"],
+        "550-dkms",
+        "versionlock",
+    ),
+    "almalinux-9.7-aarch64.json": (
+        "rhel9/sbsa",
+        "D42D0685.pub",
+        "open",
+        ["nvidia-driver", "kmod-nvidia-open-dkms", "nvidia-driver-cuda", "nvidia-persistenced"],
+        "550-open",
+        "versionlock",
+    ),
+    "rocky-9.2.json": (
+        "rhel9/x86_64",
+        "D42D0685.pub",
+        "proprietary",
+        ["nvidia-driver", "kmod-nvidia-latest-dkms", "nvidia-driver-cuda", "nvidia-persistenced"],
+        "550-dkms",
+        "versionlock",
+    ),
+    "debian-12": (
+        "debian12/x86_64",
+        "3bf863cc.pub",
+        "proprietary",
+        ["nvidia-driver", "nvidia-kernel-dkms", "nvidia-smi", "nvidia-persistenced"],
+        None,
+        "apt-mark",
+    ),
+}
+TARGET = {"apt-mark": "550.127.08-1", "versionlock": "3:550.127.08-1.el9"}
+KILN = {"kiln_versions": {"driver_branch": 550, "cuda": "12.4", "nccl": "2.21.5"}}
+
+
+@pytest.mark.parametrize("capture", sorted(CASES))
+def test_the_driver_role_on_each_recorded_platform(capture):
+    repo, key, flavour, packages, stream, hold = CASES[capture]
+    facts = recorded(capture)
+    values = {**KILN, "ansible_facts": facts, "nvidia_driver_kernel_modules": flavour}
+    got = render_role(
+        "nvidia_driver",
+        values,
+        [
+            "__nvidia_driver_platform",
+            "__nvidia_driver_packages_list",
+            "__nvidia_driver_fabricmanager_packages",
+            "__nvidia_driver_headers_package",
+            "__nvidia_driver_initramfs_command",
+        ],
+    )
+    platform = got["__nvidia_driver_platform"]
+    assert platform["repository_url"] == f"{REPOS}/{repo}/"
+    assert platform["key_url"] == f"{REPOS}/{repo}/{key}"
+    assert platform["driver_role"] is True
+    assert got["__nvidia_driver_packages_list"] == packages
+    assert platform["hold"] == hold and platform["driver_stream"] == stream
+    # the exact version, as the package manager spells it, and the fabric manager beside it
+    target = TARGET[hold]
+    names = environment().filters["kiln_driver_install_names"](
+        platform, target, packages, fabricmanager=True
+    )
+    if hold == "apt-mark":
+        assert names[: len(packages)] == [f"{p}={target}" for p in packages]
+        assert names[len(packages) :] == [
+            f"nvidia-fabricmanager-550={target}",
+            f"libnvidia-nscq-550={target}",
+        ]
+        assert got["__nvidia_driver_initramfs_command"][0] == "update-initramfs"
+        assert got["__nvidia_driver_headers_package"] == f"linux-headers-{facts['kernel']}"
+    else:
+        assert names[: len(packages)] == [f"{p}-{target}" for p in packages]
+        assert names[len(packages) :] == [
+            "nvidia-fabric-manager-550.127.08",
+            "libnvidia-nscq-550-550.127.08",
+        ]
+        assert got["__nvidia_driver_initramfs_command"][0] == "dracut"
+        assert got["__nvidia_driver_headers_package"] == f"kernel-devel-{facts['kernel']}"
+
+
+@pytest.mark.parametrize("capture", sorted(CASES))
+def test_the_repository_dcgm_cuda_nccl_and_base_on_each_recorded_platform(capture):
+    repo, key, _, _, _, hold = CASES[capture]
+    facts = recorded(capture)
+    values = {**KILN, "ansible_facts": facts, "kiln_gpu_count": 8, "kiln_gpu_model": "h100-sxm"}
+    source = render_role(
+        "nvidia_repo",
+        values,
+        ["nvidia_repo_url", "nvidia_repo_key_url", "nvidia_repo_key_fingerprint"],
+    )
+    assert source["nvidia_repo_url"] == f"{REPOS}/{repo}/"
+    assert source["nvidia_repo_key_url"] == f"{REPOS}/{repo}/{key}"
+    fingerprint = {
+        "3bf863cc.pub": "EB693B3035CD5710E231E123A4B469963BF863CC",
+        "D42D0685.pub": "610C7B14E068A878070DA4E99CD0A493D42D0685",
+    }[key]
+    assert source["nvidia_repo_key_fingerprint"] == fingerprint
+    dcgm = render_role("nvidia_dcgm", values, ["nvidia_dcgm_packages", "__nvidia_dcgm_platform"])
+    assert dcgm["nvidia_dcgm_packages"] == ["datacenter-gpu-manager-4-cuda12"]
+    assert dcgm["__nvidia_dcgm_platform"]["hold"] == hold
+    cuda = render_role("nvidia_cuda", values, ["__nvidia_cuda_platform"])
+    assert cuda["__nvidia_cuda_platform"]["hold"] == hold
+    assert environment().filters["kiln_cuda_toolkit_package"]("12.4") == "cuda-toolkit-12-4"
+    platform = dcgm["__nvidia_dcgm_platform"]
+    nccl = {"apt-mark": ["libnccl2", "libnccl-dev"], "versionlock": ["libnccl", "libnccl-devel"]}
+    assert platform["nccl_packages"] == nccl[hold]
+    base = render_role("base", values, ["__base_userns_sysctl"])
+    expected = "kernel.apparmor_restrict_unprivileged_userns" if "24.04" in capture else ""
+    assert base["__base_userns_sysctl"] == expected
+
+
+def test_an_installed_driver_of_another_branch_is_found_by_its_name():
+    """Ubuntu's names carry the branch: a node on nvidia-driver-535 moving to 550 is an upgrade,
+    not a first install; rpm's epoch is kept, its absent epoch dropped."""
+    env = environment()
+    ubuntu = env.filters["kiln_gpu_platform"](recorded("ubuntu-22.04-x86_64.json"), 550)
+    installed = {
+        "nvidia-dkms-535": "535.216.01-0ubuntu1",
+        "nvidia-driver-535": "535.216.01-0ubuntu1",
+    }
+    assert env.filters["kiln_installed_driver"](installed, ubuntu) == "535.216.01-0ubuntu1"
+    plan = env.filters["kiln_driver_action"]("535.216.01-0ubuntu1", 550)
+    assert plan["action"] == "upgrade" and plan["from_branch"] == 535
+    rpm = env.filters["kiln_rpm_installed"](
+        "nvidia-driver 3:550.127.08-1.el9\nlibnccl (none):2.21.5-1+cuda12.4\n"
+        "package kmod-nvidia-latest-dkms is not installed\n"
+    )
+    assert rpm == {"nvidia-driver": "3:550.127.08-1.el9", "libnccl": "2.21.5-1+cuda12.4"}
+    rhel = env.filters["kiln_gpu_platform"](recorded("rhel-9.7-aarch64.json"), 550)
+    assert env.filters["kiln_installed_driver"](rpm, rhel) == "3:550.127.08-1.el9"
+    listing = (
+        "nvidia-driver | 3:550.127.08-1.el9 | kiln-nvidia\n"
+        "nvidia-driver | 3:550.54.15-1.el9 | kiln-nvidia\n"
+        "nvidia-driver | 3:570.86.15-1.el9 | kiln-nvidia\n"
+    )
+    assert env.filters["kiln_apt_candidates"](listing, 550, "kiln-nvidia") == [
+        "3:550.127.08-1.el9",
+        "3:550.54.15-1.el9",
+    ]
+
+
+def test_the_module_stream_listing_is_read():
+    listing = (
+        "Name          Stream             Profiles                 Summary\n"
+        "nvidia-driver latest             default [d], fm, ks, src Nvidia driver\n"
+        "nvidia-driver latest-dkms [d]    default [d], fm, ks      Nvidia driver\n"
+        "nvidia-driver 550-dkms [e]       default [d] [i], fm, ks  Nvidia driver\n"
+        "nvidia-driver 550-open           default [d], fm, ks      Nvidia driver\n"
+        "\nHint: [d]efault, [e]nabled, [x]disabled, [i]nstalled\n"
+    )
+    got = environment().filters["kiln_module_streams"](listing, "nvidia-driver")
+    assert got == {
+        "present": True,
+        "streams": ["latest", "latest-dkms", "550-dkms", "550-open"],
+        "enabled": "550-dkms",
+    }
+    assert environment().filters["kiln_module_streams"]("", "nvidia-driver")["present"] is False
+
+
+def test_every_role_documents_every_default_in_its_argument_specs():
+    """meta/argument_specs.yml on every role, its entry points' options covering each input in
+    defaults/main.yml (a role of entry points only, slurm_maintenance, documents them there)."""
+    for role in sorted(p for p in ROLES.iterdir() if p.is_dir()):
+        spec = role / "meta" / "argument_specs.yml"
+        assert spec.exists(), f"{role.name} has no meta/argument_specs.yml"
+        entries = yaml.safe_load(spec.read_text())["argument_specs"]
+        documented = set().union(*(set(e.get("options") or {}) for e in entries.values()))
+        defaults = role / "defaults" / "main.yml"
+        inputs = set(yaml.safe_load(defaults.read_text()) or {}) if defaults.exists() else set()
+        assert inputs <= documented, f"{role.name}: undocumented {sorted(inputs - documented)}"
+        for name in entries:
+            if name != "main":
+                assert (role / "tasks" / f"{name}.yml").exists(), f"{role.name}: no {name}.yml"
+
+
+def _ansible(tool: str) -> Path:
+    path = Path(sys.executable).parent / tool
+    if not path.exists():
+        pytest.skip(f"{tool} is not installed beside python")
+    return path
+
+
+def _env(**extra) -> dict:
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "cli"),
+        "ANSIBLE_FILTER_PLUGINS": str(PLAYBOOKS / "filter_plugins"),
+        "ANSIBLE_LIBRARY": str(PLAYBOOKS / "library"),
+        "ANSIBLE_LOCALHOST_WARNING": "false",
+        "ANSIBLE_NOCOLOR": "1",
+        **extra,
+    }
+
+
+@pytest.mark.local
+def test_every_playbook_passes_the_syntax_check():
+    playbooks = sorted(PLAYBOOKS.glob("*.yml"))
+    assert playbooks
+    argv = [str(_ansible("ansible-playbook")), "--syntax-check", "-i", "localhost,"]
+    done = subprocess.run(
+        argv + [str(p) for p in playbooks],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=PLAYBOOKS,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+FAKE_FACTS = """#!/usr/bin/python
+from ansible.module_utils.basic import AnsibleModule
+module = AnsibleModule(argument_spec={"facts": {"type": "dict", "required": True}})
+module.exit_json(changed=False, ansible_facts=module.params["facts"])
+"""
+
+PLAY = """\
+- name: What the nvidia roles read on each recorded platform
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Become the recorded machine
+      fake_facts:
+        facts: "{{ recorded }}"
+    - name: Read the roles' inputs as Ansible resolves them
+      ansible.builtin.include_vars:
+        file: "{{ item }}"
+      loop:
+        - ROLES/nvidia_driver/defaults/main.yml
+        - ROLES/nvidia_driver/vars/main.yml
+        - ROLES/nvidia_repo/defaults/main.yml
+        - ROLES/nvidia_repo/vars/main.yml
+        - ROLES/nvidia_dcgm/defaults/main.yml
+        - ROLES/base/vars/main.yml
+    # what the driver role passes to nvidia_repo and what the inventory chose (include_vars
+    # outranks inventory variables; set_fact outranks include_vars)
+    - name: Take the node's flavour and branch
+      ansible.builtin.set_fact:
+        nvidia_driver_kernel_modules: "{{ flavour }}"
+        nvidia_repo_driver_branch: 550
+        nvidia_repo_driver_flavour: "{{ flavour }}"
+    - name: Write them down
+      ansible.builtin.copy:
+        dest: "OUT/{{ inventory_hostname }}.json"
+        mode: "0644"
+        content: >-
+          {{ {'platform': __nvidia_driver_platform,
+              'packages': __nvidia_driver_packages_list,
+              'install': __nvidia_driver_platform | kiln_driver_install_names(
+                  target, __nvidia_driver_packages_list, fabricmanager=true),
+              'repo_url': nvidia_repo_url, 'key_url': nvidia_repo_key_url,
+              'stream': __nvidia_repo_platform.driver_stream,
+              'dcgm': nvidia_dcgm_packages, 'userns': __base_userns_sysctl} | to_json }}
+"""
+
+
+@pytest.mark.local
+def test_real_ansible_renders_the_same_on_every_recorded_platform(tmp_path):
+    library, out = tmp_path / "library", tmp_path / "out"
+    library.mkdir()
+    out.mkdir()
+    (library / "fake_facts.py").write_text(FAKE_FACTS)
+    play = PLAY.replace("ROLES", str(ROLES)).replace("OUT", str(out))
+    (tmp_path / "play.yml").write_text(play)
+    hosts = {}
+    for capture, (_, _, flavour, _, _, hold) in CASES.items():
+        hosts[capture.removesuffix(".json")] = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "recorded": recorded(capture),
+            "target": TARGET[hold],
+            "flavour": flavour,
+            **KILN,
+        }
+    (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": hosts}}))
+    argv = [str(_ansible("ansible-playbook")), "-i", str(tmp_path / "hosts.yml")]
+    done = subprocess.run(
+        argv + [str(tmp_path / "play.yml")],
+        capture_output=True,
+        text=True,
+        env=_env(ANSIBLE_LIBRARY=f"{library}:{PLAYBOOKS / 'library'}"),
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for capture, (repo, key, _, packages, stream, hold) in CASES.items():
+        got = json.loads((out / f"{capture.removesuffix('.json')}.json").read_text())
+        assert got["repo_url"] == f"{REPOS}/{repo}/" and got["key_url"] == f"{REPOS}/{repo}/{key}"
+        assert got["packages"] == packages and got["stream"] == stream
+        assert got["platform"]["hold"] == hold
+        separator = "=" if hold == "apt-mark" else "-"
+        assert got["install"][0] == f"{packages[0]}{separator}{TARGET[hold]}"
+        assert got["dcgm"] == ["datacenter-gpu-manager-4-cuda12"]
+        assert bool(got["userns"]) == ("24.04" in capture)
