@@ -12,13 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from kiln.drift import assess
-from kiln.drift.remote import NODE_SCRIPT, NodeProbe, node_command, payloads, probe_nodes
+from kiln.drift import Decision, assess
+from kiln.drift.remote import (
+    NODE_SCRIPT,
+    NodeProbe,
+    declared_versions,
+    node_command,
+    payloads,
+    probe_nodes,
+)
 from kiln.fleet import ExecResult, NodeResult, Status
 from kiln.inventory import require_valid
 from kiln.paths import PLAYBOOKS_DIR
 from kiln.plan import PlanOptions, make_plan
 from kiln.plan.fingerprint import fingerprints
+from kiln.profiles.slurm import DEFAULT_PLATFORM, load_slurm
 from kiln.runner.events import EventRecorder
 from kiln.runner.manifest import slim
 
@@ -242,6 +250,97 @@ def test_a_removed_record_and_an_unreadable_one(node):
     assert set(probe["stages"]) == {"base"} and "nccl.json" in probe["errors"][0]
 
 
+# `slurmd -V` as real nodes print it (tests/fixtures/real/slurm-version/SOURCE.txt).
+SLURM_VERSION = ROOT / "tests" / "fixtures" / "real" / "slurm-version"
+
+
+def _daemon(root: Path, name: str, capture: str | None) -> None:
+    """A stand-in daemon under root's /usr/sbin that prints `capture` for -V (None: remove it)."""
+    path = root / "usr" / "sbin" / name
+    if capture is None:
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = (SLURM_VERSION / capture).read_text()
+    path.write_text(f"#!/bin/sh\n[ \"$1\" = -V ] && printf '%s' '{text}'\n")
+    path.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    ("capture", "version"),
+    [("slurmd-V_debian13_24.11.5.txt", "24.11.5"), ("slurmctld-V_debian13_24.11.5.txt", "24.11.5"),
+     ("slurmd-V_debian12_22.05.8.txt", "22.05.8")],
+)  # fmt: skip
+def test_the_node_program_reads_the_real_version_outputs(capture, version):
+    node_py = _node_module()
+    assert node_py.parse_version((SLURM_VERSION / capture).read_text()) == version
+
+
+def _node_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kiln_drift_node", NODE_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_version_matching_follows_the_declared_precision():
+    matches = _node_module().version_matches
+    assert matches("24.11", "24.11.5") and matches("24.11", "24.11.0-0rc1")
+    assert not matches("24.11", "24.05.8") and not matches("24.11", "25.11.1")
+    assert matches("24.05.8", "24.05.8") and not matches("24.05.8", "24.05.9")
+    assert not matches("24.11", None)
+
+
+def test_the_probe_finds_a_slurm_daemon_at_another_version_or_missing(node):
+    root, _, run = node
+    _daemon(root, "slurmd", "slurmd-V_debian13_24.11.5.txt")
+    _daemon(root, "slurmctld", "slurmctld-V_debian13_24.11.5.txt")
+    _record(
+        run, slurm={"fingerprint": "s", "versions": {"slurmd": "24.11", "slurmctld": "24.11.5"}}
+    )
+    assert run("probe")["stages"]["slurm"]["drift"] == []
+    # By hand: slurmd replaced by another release, slurmctld removed.
+    _daemon(root, "slurmd", "slurmd-V_debian12_22.05.8.txt")
+    _daemon(root, "slurmctld", None)
+    drift = run("probe")["stages"]["slurm"]["drift"]
+    assert drift == [
+        {"kind": "version", "name": "slurmctld", "recorded": "24.11.5", "now": None},
+        {"kind": "version", "name": "slurmd", "recorded": "24.11", "now": "22.05.8"},
+    ]
+    decision = Decision("slurm", "n1", "drifted", tuple(drift))
+    assert decision.describe() == (
+        "slurmctld -V not found, declared 24.11.5, slurmd -V 22.05.8, declared 24.11"
+    )
+
+
+def test_packages_are_read_from_rpm_on_an_rpm_system(node, tmp_path):
+    root, state, run = node
+    (tmp_path / "bin" / "dpkg-query").unlink()
+    (root / "var" / "lib" / "rpm").mkdir(parents=True)
+    # rpm -q --qf FORMAT names...: rpm's own answers, "package X is not installed" included
+    rpm = tmp_path / "bin" / "rpm"
+    rpm.write_text(
+        textwrap.dedent("""\
+        #!/bin/sh
+        shift 3
+        for name in "$@"; do
+          grep "^$name	" "$STATE/rpms" || echo "package $name is not installed"
+        done
+        """)
+    )
+    rpm.chmod(0o755)
+    (state / "rpms").write_text("slurm\t22.05.9-1.el9\tii\nmunge\t0.5.13-13.el9\tii\n")
+    _record(run, slurm={"fingerprint": "s", "packages": ["munge", "slurm"]})
+    recorded = json.loads((root / "var/lib/kiln/applied/slurm.json").read_text())
+    assert recorded["packages"] == {"munge": "0.5.13-13.el9", "slurm": "22.05.9-1.el9"}
+    (state / "rpms").write_text("munge\t0.5.13-13.el9\tii\n")
+    assert run("probe")["stages"]["slurm"]["drift"] == [
+        {"kind": "package", "name": "slurm", "recorded": "22.05.9-1.el9", "now": None}
+    ]
+
+
 def test_node_command_runs_the_shipped_source_as_root(tmp_path):
     command = node_command("probe")
     assert command.startswith('if [ "$(id -u)" -eq 0 ]; then python3 -c ')
@@ -338,10 +437,27 @@ def test_records_are_written_for_good_hosts_and_removed_for_bad_ones():
     ]
     managed = {"base": {"a": {"files": ["/etc/x"], "packages": [], "services": ["chrony"]}}}
     desired = {"base": {"a": "fa", "b": "fb", "c": "fc"}, "slurm": {"a": "sa", "b": "sb"}}
-    work = payloads(stages, managed, desired, "RUN")
+    work = payloads(stages, managed, desired, "RUN", lambda host: {"slurm": {"slurmd": "24.11"}})
     assert work["a"]["records"]["base"] == {"fingerprint": "fa", "run_id": "RUN",
-        "files": ["/etc/x"], "packages": [], "services": ["chrony"]}  # fmt: skip
+        "files": ["/etc/x"], "packages": [], "services": ["chrony"], "versions": {}}  # fmt: skip
     # The munge key is written by a no_log task (censored result): the stage declares it.
     assert work["a"]["records"]["slurm"]["files"] == ["/etc/munge/munge.key"]
+    assert work["a"]["records"]["slurm"]["versions"] == {"slurmd": "24.11"}
     assert work["b"] == {"records": {}, "remove": ["base", "slurm"]}
     assert "c" not in work  # never ran the stage: its record (if any) stays as it was
+
+
+def test_the_declared_slurm_versions_per_node(inventory):
+    """The slurm stage records slurmctld on a controller and slurmd on a compute node at the
+    written kiln_versions.slurm; unset, at what the node's platform ships (slurm.yml)."""
+    cluster = require_valid(inventory)
+    declared = cluster.versions.slurm
+    assert declared_versions(cluster, "kiln-ctl") == {"slurm": {"slurmctld": declared}}
+    assert declared_versions(cluster, "kiln-node01") == {"slurm": {"slurmd": declared}}
+    all_yml = inventory / "group_vars" / "all.yml"
+    text = all_yml.read_text()
+    all_yml.write_text(text.replace(f'  slurm: "{declared}"\n', ""))
+    unset = require_valid(inventory)
+    platform = unset.node("kiln-node01").hostvars.get("kiln_os") or DEFAULT_PLATFORM
+    shipped = load_slurm().shipped(platform)
+    assert declared_versions(unset, "kiln-node01") == {"slurm": {"slurmd": shipped.ships}}

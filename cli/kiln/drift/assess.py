@@ -4,7 +4,9 @@ Per node and stage, the stage is skipped only when the node's record holds the d
 fingerprint and the probe found nothing drifted. Anything else runs it, fail safe:
 
     changed       the record's fingerprint is not the desired one (code, variables, files)
-    drifted       a managed file, package or service is no longer as the stage left it
+    drifted       a managed file, package or service is no longer as the stage left it, or
+                  a program the stage installs reports another version than declared
+                  (`slurmd -V`, `slurmctld -V`: the slurm stage)
     no_record     the node holds no record of the stage (never applied by a recording kiln)
     probe_failed  the probe did not answer or could not read a record: every stage runs
     pending       a restart marker a failed run left (/var/lib/kiln/*-pending): every stage runs
@@ -56,6 +58,8 @@ def describe_drift(item: Mapping[str, Any]) -> str:
         return f"file {name} " + ("missing" if now is None else "modified")
     if kind == "package":
         return f"package {name} {was} -> {now or 'not installed'}"
+    if kind == "version":
+        return f"{name} -V {now or 'not found'}, declared {was}"
     if kind == "service":
         was, now = was or {}, now or {}
         keys = sorted(set(was) | set(now))

@@ -4,12 +4,16 @@ Standard library only, Python 3.8+: kiln ships this file's source to the node (`
 nothing is installed there.
 
     record PAYLOAD   PAYLOAD: base64 JSON {"records": {stage: {fingerprint, run_id, files,
-                     packages, services}}, "remove": [stage, ...]}; for each record, the files'
-                     sha256, the packages' versions and the services' states are read now (right
-                     after the stage succeeded) and kept in APPLIED/<stage>.json
+                     packages, services, versions}}, "remove": [stage, ...]}; for each record,
+                     the files' sha256, the packages' versions and the services' states are read
+                     now (right after the stage succeeded) and kept in APPLIED/<stage>.json with
+                     the declared versions ({"slurmd": "22.05"}: what `slurmd -V` must say)
     probe            for every APPLIED/<stage>.json: its fingerprint, and what differs now
-                     (a file's sha256, a package's version, a service active/enabled); plus the
-                     restart markers a failed run left (*-pending under /var/lib/kiln)
+                     (a file's sha256, a package's version, a service active/enabled, a daemon's
+                     `-V` against its declared version); plus the restart markers a failed run
+                     left (*-pending under /var/lib/kiln)
+
+Packages are read from the node's package database: dpkg (dpkg-query) or RPM (rpm -q).
 
 `--root DIR` prefixes every path (the tests' stand-in for /). Prints one JSON document.
 """
@@ -18,6 +22,8 @@ import base64
 import hashlib
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -25,6 +31,16 @@ import time
 SCHEMA = "kiln-drift/1"
 APPLIED = "/var/lib/kiln/applied"
 MARKERS = "/var/lib/kiln"
+DPKG_DATABASE = "/var/lib/dpkg/status"
+RPM_DATABASES = ("/var/lib/rpm", "/usr/lib/sysimage/rpm")
+# The programs whose version a record can declare, and how each says it: `slurmd -V` prints a
+# package name and the version, "slurm-wlm 24.11.5" on Debian 13 (tests/fixtures/real/
+# slurm-version), "slurm X.Y.Z" elsewhere. Root's sbin directories are searched too: a non-login
+# SSH session's PATH may lack them.
+VERSION_COMMANDS = {"slurmd": ["slurmd", "-V"], "slurmctld": ["slurmctld", "-V"]}
+SBIN = ("/usr/local/sbin", "/usr/sbin", "/sbin")
+VERSION_TIMEOUT = 30
+_VERSION = re.compile(r"^\s*slurm(?:-wlm)?\s+(\d+\.\d+(?:\.\d+)?\S*)", re.MULTILINE)
 
 
 def _path(root, path):
@@ -46,28 +62,84 @@ def file_state(root, paths):
     return state
 
 
-def _run(argv):
+def _run(argv, timeout=None, stderr=False):
+    """The command's stdout (and its stderr after it, with `stderr`); None when it could not
+    run or ran past `timeout`."""
     try:
-        proc = subprocess.run(argv, capture_output=True, check=False)
-    except OSError:
+        proc = subprocess.run(argv, capture_output=True, check=False, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
         return None
-    return proc.stdout.decode("utf-8", "replace")
+    return (proc.stdout + (proc.stderr if stderr else b"")).decode("utf-8", "replace")
 
 
-def package_state(names):
-    """name -> installed version, or None when it is not installed; one dpkg-query for all."""
+def package_manager(root):
+    """Which package database the node holds, "dpkg" (looked for first) or "rpm"; else the
+    first of dpkg-query and rpm on PATH; None when it has neither."""
+    if os.path.exists(_path(root, DPKG_DATABASE)):
+        return "dpkg"
+    if any(os.path.isdir(_path(root, path)) for path in RPM_DATABASES):
+        return "rpm"
+    if shutil.which("dpkg-query"):
+        return "dpkg"
+    return "rpm" if shutil.which("rpm") else None
+
+
+def package_state(names, root=""):
+    """name -> installed version, or None when it is not installed; one dpkg-query (or one
+    rpm -q) for all."""
     state = {name: None for name in names}
     if not names:
         return state
-    text = _run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n"]
-                + sorted(names))  # fmt: skip
+    manager = package_manager(root)
+    if manager == "rpm":
+        # rpm -q prints "package NAME is not installed" for one it lacks (no tab) and exits 1;
+        # an installed one gets dpkg's "ii" in the third column, so one parser reads both
+        text = _run(["rpm", "-q", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\tii\n"]
+                    + sorted(names))  # fmt: skip
+    else:
+        text = _run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n"]
+                    + sorted(names))  # fmt: skip
     if text is None:
-        raise RuntimeError("dpkg-query is not available")
+        raise RuntimeError(f"{'rpm' if manager == 'rpm' else 'dpkg-query'} is not available")
     for line in text.splitlines():
         parts = line.split("\t")
-        if len(parts) >= 3 and parts[0] in state and parts[2][1:2] == "i":
+        # the first line of a name wins (rpm: several arches of one package, multilib)
+        if len(parts) >= 3 and parts[2][1:2] == "i" and state.get(parts[0], "") is None:
             state[parts[0]] = parts[1]
     return state
+
+
+def parse_version(text):
+    """The version `slurmd -V` (or slurmctld) printed: "22.05.8" from "slurm 22.05.8"; None
+    when the text holds none."""
+    found = _VERSION.search(text or "")
+    return found.group(1) if found else None
+
+
+def version_state(names, root=""):
+    """name -> the version its program prints now (VERSION_COMMANDS), or None when the program
+    is missing or prints no version; one short exec each."""
+    state = {}
+    search = os.pathsep.join([os.environ.get("PATH", ""), *(_path(root, d) for d in SBIN)])
+    for name in names:
+        argv = VERSION_COMMANDS.get(name)
+        program = shutil.which(argv[0], path=search) if argv else None
+        text = _run([program, *argv[1:]], VERSION_TIMEOUT, stderr=True) if program else None
+        state[name] = parse_version(text)
+    return state
+
+
+def _numbers(version):
+    return [int(part) for part in re.findall(r"\d+", version)[:3]]
+
+
+def version_matches(declared, seen):
+    """A declared release (22.05) takes any version of it; an exact one (22.05.8) only itself
+    (kiln.profiles.slurm's rule). Nothing seen matches nothing."""
+    if seen is None:
+        return False
+    wanted = _numbers(str(declared))
+    return _numbers(seen)[: len(wanted)] == wanted
 
 
 def service_state(names):
@@ -106,8 +178,9 @@ def record(root, payload):
             "run_id": entry.get("run_id"),
             "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "files": file_state(root, entry.get("files", [])),
-            "packages": package_state(entry.get("packages", [])),
+            "packages": package_state(entry.get("packages", []), root),
             "services": service_state(entry.get("services", [])),
+            "versions": dict(entry.get("versions") or {}),
         }
         target = os.path.join(directory, stage + ".json")
         temporary = target + ".tmp"
@@ -134,7 +207,8 @@ def _differences(recorded, now, kind):
 
 
 def probe(root):
-    """Every record's fingerprint and drift: one dpkg-query and one systemctl for all stages."""
+    """Every record's fingerprint and drift: one dpkg-query (or rpm -q) and one systemctl for
+    all stages, and each declared program's `-V` once."""
     directory = _path(root, APPLIED)
     documents, stages, errors = {}, {}, []
     try:
@@ -145,21 +219,22 @@ def probe(root):
         try:
             with open(os.path.join(directory, name)) as handle:
                 document = json.load(handle)
-            for key in ("files", "packages", "services"):
+            for key in ("files", "packages", "services", "versions"):
                 if not isinstance(document.get(key, {}), dict):
                     raise ValueError(f"{key} is not a mapping")
             documents[name[: -len(".json")]] = document
         except (OSError, ValueError) as error:
             errors.append(f"{name}: {error}")
-    wanted = {"files": set(), "packages": set(), "services": set()}
+    wanted = {"files": set(), "packages": set(), "services": set(), "versions": set()}
     for document in documents.values():
         for key, names_of in wanted.items():
             names_of.update(document.get(key, {}))
     try:
         now = {
             "files": file_state(root, sorted(wanted["files"])),
-            "packages": package_state(sorted(wanted["packages"])),
+            "packages": package_state(sorted(wanted["packages"]), root),
             "services": service_state(sorted(wanted["services"])),
+            "versions": version_state(sorted(wanted["versions"]), root),
         }
     except RuntimeError as error:
         return {"schema": SCHEMA, "stages": {}, "pending": [], "errors": [str(error)]}
@@ -167,6 +242,10 @@ def probe(root):
         drift = []
         for key, kind in (("files", "file"), ("packages", "package"), ("services", "service")):
             drift += _differences(document.get(key, {}), now[key], kind)
+        for name, declared in sorted(document.get("versions", {}).items()):
+            if not version_matches(declared, now["versions"].get(name)):
+                drift.append({"kind": "version", "name": name, "recorded": declared,
+                              "now": now["versions"].get(name)})  # fmt: skip
         stages[stage] = {
             "fingerprint": document.get("fingerprint"),
             "run_id": document.get("run_id"),

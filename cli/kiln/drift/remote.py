@@ -19,6 +19,7 @@ from typing import Any
 
 from kiln.fleet import ExecResult, NodeResult, Status, run_command
 from kiln.inventory import Cluster, Node
+from kiln.profiles.slurm import DEFAULT_PLATFORM, expected_version
 
 Runner = Callable[..., ExecResult]  # kiln.fleet.run_command's signature
 NODE_SCRIPT = Path(__file__).resolve().with_name("node.py")
@@ -95,14 +96,30 @@ def _local(node: Node) -> bool:
 NO_LOG_FILES: dict[str, tuple[str, ...]] = {"slurm": ("/etc/munge/munge.key",)}
 
 
+def declared_versions(cluster: Cluster, host: str) -> dict[str, dict[str, str]]:
+    """stage -> program -> the version it must report on `host` (node.py's VERSION_COMMANDS):
+    the slurm stage's daemons, slurmctld on a controller and slurmd on a compute node, at
+    kiln_versions.slurm as written, else what the node's platform ships (the version the slurm
+    roles install and hold). Empty where kiln cannot tell (a platform the table lacks)."""
+    node = cluster.node(host)
+    written = (node.hostvars.get("kiln_versions") or {}).get("slurm")
+    declared = cluster.versions.slurm if written else None
+    platform = str(node.hostvars.get("kiln_os") or DEFAULT_PLATFORM)
+    expected = expected_version(declared, cluster.slurm.source, platform)
+    daemons = ["slurmctld"] * node.is_controller + ["slurmd"] * node.is_compute
+    return {"slurm": dict.fromkeys(daemons, expected)} if expected and daemons else {}
+
+
 def payloads(
     stages: Iterable[Mapping[str, Any]],
     managed: Mapping[str, Mapping[str, Mapping[str, list[str]]]],
     desired: Mapping[str, Mapping[str, str]],
     run_id: str,
+    versions: Callable[[str], Mapping[str, Mapping[str, str]]] = lambda host: {},
 ) -> dict[str, dict[str, Any]]:
     """host -> node.py's record payload: a record for each stage that ended ok or changed on
-    it (its fingerprint and what the run's results named), removal for one that ended badly."""
+    it (its fingerprint, what the run's results named, the versions `versions(host)` declares
+    for it), removal for one that ended badly."""
     out: dict[str, dict[str, Any]] = {}
     for entry in stages:
         name = entry["name"]
@@ -118,6 +135,7 @@ def payloads(
                     "files": sorted({*names.get("files", []), *NO_LOG_FILES.get(name, ())}),
                     "packages": list(names.get("packages", [])),
                     "services": list(names.get("services", [])),
+                    "versions": dict(versions(host).get(name, {})),
                 }
             elif status in BAD:
                 payload["remove"].append(name)
@@ -138,7 +156,7 @@ def write_records(
     """Write each host's records (one exec per host, `fanout` at once). Returns host -> why for
     the hosts where it failed: those keep their old records or none, and the next run's probe
     (an old fingerprint, or no record) runs their stages again."""
-    work = payloads(stages, managed, desired, run_id)
+    work = payloads(stages, managed, desired, run_id, lambda host: declared_versions(cluster, host))
     work = {host: p for host, p in work.items() if not _local(cluster.node(host))}
     problems: dict[str, str] = {}
 

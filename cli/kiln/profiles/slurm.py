@@ -3,12 +3,15 @@
 `source_problems` answers whether a declared Slurm version can be had from a declared source on
 a platform (`kiln_slurm.source: distribution` takes what the OS release ships; `repository` a
 site's SchedMD-built packages at an exact version); `pin` the version the roles install and hold;
-`conf_problems` which slurm.conf features the declared release lacks. Nothing here prints.
+`conf_problems` which slurm.conf features the declared release lacks; `expected_version` what a
+node's `slurmd -V` must say, and `installed` how the Slurm a node runs stands against it
+(preflight). Nothing here prints.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -134,6 +137,114 @@ def conf_problems(release: str, features: Iterable[str]) -> list[tuple[str, Slur
     return found
 
 
+def expected_version(declared: str | None, source: SlurmSource, platform: str) -> str | None:
+    """The Slurm version a node must run: the declared one (a release, 22.05, takes any 22.05.x;
+    an exact 22.05.8 only itself), or where none is declared what the platform ships (exact).
+    None where kiln cannot tell (a platform the table lacks: validate refused it)."""
+    if declared:
+        return str(declared)
+    try:
+        return pin(None, source, platform)
+    except ValueError:
+        return None
+
+
+def matches(expected: str, seen: str | None) -> bool:
+    """`seen` (what `slurmd -V` says) is `expected`, by `_matches`' rule; nothing seen is not."""
+    return seen is not None and _matches(str(expected), _numeric(seen))
+
+
+# `slurmd -V` / `slurmctld -V`: a package name and the version, "slurm-wlm 24.11.5" on Debian 13
+# (tests/fixtures/real/slurm-version), "slurm X.Y.Z" elsewhere.
+_VERSION_LINE = re.compile(r"^\s*slurm(?:-wlm)?\s+(\d+\.\d+(?:\.\d+)?\S*)\s*$")
+
+
+def parse_version_output(text: str) -> str | None:
+    """The version in `slurmd -V` or `slurmctld -V` output; None when it holds none."""
+    for line in str(text or "").splitlines():
+        found = _VERSION_LINE.match(line)
+        if found:
+            return found.group(1)
+    return None
+
+
+def _numeric(version: str) -> str:
+    """'23.11.0' from '23.11.0-0rc1': the dotted numeric head of a version."""
+    found = re.match(r"\d+(?:\.\d+)*", version)
+    return found.group(0) if found else "0"
+
+
+class InstalledSlurm(Model):
+    """How the Slurm daemons installed on a node stand against the expected version."""
+
+    expected: str | None  # what `-V` must say (expected_version)
+    installs: str | None  # what the slurm stage installs and holds (pin)
+    seen: dict[str, str | None]  # daemon -> its version, None where it is not installed
+    notes: list[str]  # another version that the slurm stage replaces: reported, not fatal
+    problems: list[str]  # a version the slurm stage would downgrade: Slurm does not support it
+
+
+def installed(
+    readings: dict[str, str | None], declared: str | None, source: SlurmSource, platform: str
+) -> InstalledSlurm:
+    """Judge `readings` (daemon -> `-V` output, None where the daemon is not installed).
+
+    Not installed: fine, the slurm stage installs it. Another version older than expected: a
+    note (the slurm stage upgrades it and holds it there). A newer one: a problem, because the
+    slurm stage would downgrade it and Slurm does not support downgrades (slurmctld cannot read
+    the state a newer release saved); the operator declares that version or removes it."""
+    expected = expected_version(declared, source, platform)
+    try:
+        installs: str | None = pin(declared, source, platform)
+    except ValueError:
+        installs = None
+    seen = {name: parse_version_output(text) if text else None for name, text in readings.items()}
+    notes, problems = [], []
+    wanted = (
+        f"Slurm {expected} is declared"
+        if declared
+        else f"{platform} ships Slurm {expected} (kiln_versions.slurm is not set)"
+    )
+    for name, version in sorted(seen.items()):
+        if version is None or expected is None or matches(expected, version):
+            continue
+        said = f"{name} -V says {version}, but {wanted}"
+        depth = len(expected.split("."))
+        newer = parse_version(_numeric(version))[:depth] > parse_version(expected)[:depth]
+        if newer:
+            problems.append(
+                f"{said}: the slurm stage would downgrade it to {installs or expected}, which "
+                "Slurm does not support; declare the installed version, or remove it by hand"
+            )
+        else:
+            notes.append(f"{said}: the slurm stage replaces it with {installs or expected}")
+    return InstalledSlurm(
+        expected=expected, installs=installs, seen=seen, notes=notes, problems=problems
+    )
+
+
+def installed_filter(
+    readings: Any, declared: Any = None, source: Any = "distribution", platform: Any = None
+) -> dict[str, Any]:
+    """The preflight role's kiln_slurm_installed filter: `installed` with Ansible's values;
+    `readings` a mapping, or the role's lines `DAEMON<TAB>its -V output` (one per installed
+    daemon; a `-V` that printed several lines continues on the next ones)."""
+    text = None if declared in (None, "") else dotted(declared)
+    if isinstance(readings, str):
+        found: dict[str, str | None] = {}
+        name = None
+        for line in readings.splitlines():
+            head, tab, rest = line.partition("\t")
+            if tab and head in ("slurmd", "slurmctld"):
+                name, found[head] = head, rest
+            elif name is not None:
+                found[name] = f"{found[name]}\n{line}"
+    else:
+        found = {str(k): (str(v) if v else None) for k, v in dict(readings or {}).items()}
+    judged = installed(found, text, source or "distribution", str(platform or DEFAULT_PLATFORM))
+    return judged.model_dump()
+
+
 @functools.cache
 def load_slurm() -> SlurmTable:
     """The Slurm sources and slurm.conf feature table from slurm.yml."""
@@ -146,4 +257,4 @@ def pin_filter(declared: Any, source: Any = "distribution", platform: Any = None
     return pin(text, source or "distribution", str(platform or DEFAULT_PLATFORM))
 
 
-FILTERS = {"kiln_slurm_pin": pin_filter}
+FILTERS = {"kiln_slurm_pin": pin_filter, "kiln_slurm_installed": installed_filter}
