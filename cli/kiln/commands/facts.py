@@ -32,6 +32,19 @@ def _stack(facts: dict[str, Any]) -> str:
     return ", ".join(parts) or "-"
 
 
+def _slurm(facts: dict[str, Any]) -> str:
+    """The Slurm daemons installed and what their -V says; the declared version where another
+    is installed (preflight: the slurm stage replaces an older one, refuses to downgrade)."""
+    slurm = facts.get("slurm") or {}
+    seen = {name: version for name, version in (slurm.get("seen") or {}).items() if version}
+    if not seen:
+        return "-"
+    text = ", ".join(f"{name} {version}" for name, version in sorted(seen.items()))
+    if slurm.get("problems") or slurm.get("notes"):
+        text += f" (declared {slurm.get('expected')})"
+    return text
+
+
 def _bmc(facts: dict[str, Any]) -> str:
     if not facts.get("bmc_address"):
         return "-"
@@ -72,6 +85,7 @@ def facts(
         "memory GiB",
         "GPUs shown/declared",
         "driver, CUDA, NCCL packages",
+        "Slurm",
         "IB HCAs",
         "BMC",
     ):
@@ -85,6 +99,7 @@ def facts(
             f"{int(item.get('memory_mb', 0)) / 1024:.1f}",
             _gpus(item),
             _stack(item),
+            _slurm(item),
             ", ".join(item.get("ib_hcas") or []) or "-",
             _bmc(item),
         )
