@@ -1,7 +1,9 @@
 """Drift-aware re-apply on the sandbox: a converged re-run skips every node-stage; a changed
 managed file (kiln-node01), a stopped managed service (chrony on kiln-node02) and a removed
 managed package (ethtool on kiln-ctl) are each found by `kiln plan --live`, repaired by the next
-`kiln provision` on exactly those nodes' stage, and a final probe finds no drift.
+`kiln provision` on exactly those nodes' stage, and a final probe finds no drift. A compute node
+whose Slurm was removed by hand (slurmd unheld and removed with apt) is drift of its slurm stage:
+`slurmd -V` no longer says the declared version; the next provision puts it back at that version.
 
 Packages: the sandbox has no version-pinned package (the NVIDIA and NCCL pins apply to GPU nodes
 only) and the base role installs its packages with state present, which would not undo a
@@ -20,15 +22,20 @@ from pathlib import Path
 
 import pytest
 
+from kiln.inventory import require_valid
+from kiln.sandbox import config
+
 pytestmark = pytest.mark.integration
 
 KILN = str(Path(sys.executable).parent / "kiln")
-FILE_NODE, FILE = "kiln-node01", "/etc/security/limits.d/90-kiln-memlock.conf"
+# The sandbox's names (KILN_SANDBOX=kb: kb-ctl, kb-node01, ...).
+CTL, NODE1, NODE2 = config.CONTROLLER, config.node_name(1), config.node_name(2)
+FILE_NODE, FILE = NODE1, "/etc/security/limits.d/90-kiln-memlock.conf"
 # The sandbox does not run chrony (containers keep the host's clock): slurmd is the managed
 # service, in the slurm stage.
-SERVICE_NODE, SERVICE, SERVICE_STAGE = "kiln-node02", "slurmd", "slurm"
-PACKAGE_NODE, PACKAGE = "kiln-ctl", "ethtool"
-NODES = ("kiln-ctl", "kiln-node01", "kiln-node02")
+SERVICE_NODE, SERVICE, SERVICE_STAGE = NODE2, "slurmd", "slurm"
+PACKAGE_NODE, PACKAGE = CTL, "ethtool"
+NODES = (CTL, NODE1, NODE2)
 
 
 def kiln(*args: str, state: Path) -> subprocess.CompletedProcess:
@@ -134,3 +141,46 @@ def test_full_runs_every_stage_on_every_node(provisioned_sandbox, tmp_path):
     summary = json.loads(proc.stdout)
     assert "drift probe:" not in proc.stderr
     assert set(summary["hosts"]) == set(NODES) and "unchanged" not in summary
+
+
+def slurm_version(node: str, daemon: str = "slurmd") -> str:
+    """The version `slurmd -V` prints on `node` ("24.11.5" from "slurm 24.11.5")."""
+    return on(node, daemon, "-V").split()[-1]
+
+
+def test_a_slurm_removed_by_hand_is_drift_and_the_next_provision_reinstalls_it(
+    provisioned_sandbox, tmp_path
+):
+    inventory, state = provisioned_sandbox.inventory, tmp_path
+    declared = require_valid(inventory).versions.slurm  # the sandbox declares its release
+    provision(inventory, state)  # converge with this state dir: every node holds its records
+    before = slurm_version(NODE1)
+    assert before.split(".")[:2] == declared.split(".")[:2], (before, declared)
+    assert running(live(inventory, state)) == set()
+
+    # By hand, as an operator might: release kiln's hold and remove the node daemon.
+    on(NODE1, "apt-mark", "unhold", "slurmd")
+    on(NODE1, "sh", "-c", "DEBIAN_FRONTEND=noninteractive apt-get remove -y slurmd")
+    drift = live(inventory, state)
+    assert running(drift) == {(NODE1, "slurm", "drifted")}, running(drift)
+    details = drift["stages"]["slurm"][NODE1]["details"]
+    found = {(d["kind"], d["name"]): d for d in details}
+    assert found[("version", "slurmd")] == {
+        "kind": "version", "name": "slurmd", "recorded": declared, "now": None,
+    }, details  # fmt: skip
+    assert found[("package", "slurmd")]["now"] is None, details
+
+    # The next provision runs the slurm stage there (and preflight before it), nothing else,
+    # and slurmd says the declared version again, held again.
+    repair, _, _ = provision(inventory, state)
+    ran = {(e["name"], h) for e in repair["stages"] for h in e["hosts"]}
+    assert ran == {("preflight", NODE1), ("slurm", NODE1)}, ran
+    assert repair["failed_hosts"] == [] and repair["changed"] > 0
+    assert slurm_version(NODE1) == before
+    assert "slurmd" in on(NODE1, "apt-mark", "showhold").split()
+    assert on(NODE1, "systemctl", "is-active", "slurmd") == "active"
+
+    # Converged: no drift left, and a second provision changes nothing.
+    assert running(live(inventory, state)) == set()
+    again, _, _ = provision(inventory, state)
+    assert again["changed"] == 0 and all(e["status"] == "skipped" for e in again["stages"])
