@@ -192,3 +192,23 @@ def test_allreduce_between_two_local_processes():
         assert row["busbw_gbs"] == pytest.approx(row["algbw_gbs"] * 2 * (2 - 1) / 2, rel=1e-3)
     assert doc["verdict_bytes"] == 1 << 20
     assert doc["verdict_busbw_gbs"] == doc["rows"][-1]["busbw_gbs"]
+
+
+def test_a_torch_built_without_libuv_rendezvous_through_the_classic_store(monkeypatch):
+    """Debian 13's torch 2.6 fails init_process_group with its default libuv store (the error
+    below is what it printed in the Debian 13 sandbox); the workload chooses USE_LIBUV=0 there,
+    and keeps torch's default where the libuv store works (this machine's torch)."""
+    allreduce = load("allreduce")
+    assert allreduce.libuv_store_missing() is False
+
+    def debian_store(*args, **kwargs):
+        raise RuntimeError("use_libuv was requested but PyTorch was build without libuv support")
+
+    monkeypatch.setattr(allreduce.dist, "TCPStore", debian_store)
+    assert allreduce.libuv_store_missing() is True
+
+    def old_store(host, port, world, is_master, timeout=None):  # torch 1.13's signature
+        raise AssertionError("never reached: torch 1.13 rejects use_libuv first")
+
+    monkeypatch.setattr(allreduce.dist, "TCPStore", old_store)
+    assert allreduce.libuv_store_missing() is False

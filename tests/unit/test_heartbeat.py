@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import yaml
 
 from kiln.burnin.jobs import JobSpec
@@ -18,7 +19,7 @@ from kiln.commands._progress import StageDisplay
 from kiln.commands.sandbox import plain_progress
 from kiln.plan.stages import Stage
 from kiln.runner.events import StageProgress
-from kiln.sandbox import image
+from kiln.sandbox import image, releases
 
 REPO = Path(__file__).resolve().parents[2]
 STAMP = re.compile(r"^\d\d:\d\d:\d\d ")
@@ -164,14 +165,17 @@ def test_the_burnin_job_poll_says_something_every_ten_seconds_while_jobs_run():
     ]
 
 
-def test_the_node_image_installs_the_burnin_runtime_the_role_pins():
-    role = yaml.safe_load((REPO / "playbooks/roles/burnin/vars/Debian.yml").read_text())
+@pytest.mark.parametrize("release", list(releases.RELEASES.values()), ids=lambda r: r.os)
+def test_the_node_image_installs_the_burnin_runtime_the_role_pins(release):
+    major = release.os.split("-")[1]
+    vars_file = REPO / f"playbooks/roles/burnin/vars/Debian-{major}.yml"
+    role = yaml.safe_load(vars_file.read_text())
     pinned = {spec.split("=")[0]: spec for spec in role["__burnin_system_packages"]}
     assert set(pinned) == set(image.RUNTIME_PACKAGES)
     assert all("=" in spec for spec in pinned.values()), "the role checks the version"
     assert "prometheus-node-exporter" in image.PREFETCH_PACKAGES  # the monitoring stage's
     for package in image.RUNTIME_PACKAGES:
-        assert f"--no-install-recommends {package}" in image.CUSTOMIZE
+        assert f"--no-install-recommends {package}" in image.customize_script(release)
 
 
 def test_a_slow_sandbox_boot_says_how_it_goes_every_10_s(monkeypatch):

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kiln.errors import EnvironmentProblem
-from kiln.sandbox import cluster, config, docker, inventory, ssh
+from kiln.errors import EnvironmentProblem, InvalidInputError
+from kiln.inventory import load_cluster
+from kiln.sandbox import cluster, config, docker, inventory, releases, ssh
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,7 +43,8 @@ def test_group_vars_use_tilde_paths_with_the_default_state_dir(default_paths) ->
     text = inventory.render_group_vars(default_paths)
     assert yaml.safe_load(text) == {
         "kiln_cluster_name": "sandbox",
-        "kiln_versions": {"driver_branch": 535, "cuda": "12.2", "nccl": "2.18.5", "slurm": "22.05"},
+        "kiln_os": "debian-13",
+        "kiln_versions": {"driver_branch": 580, "cuda": "13.0", "nccl": "2.27.7", "slurm": "24.11"},
         "kiln_slurm": {"cgroup": False, "quarantine_new_nodes": True},
         "base_hostname_manage": False,
         "base_hosts_unsafe_writes": True,
@@ -90,9 +92,27 @@ def test_committed_sandbox_inventory_equals_the_two_node_rendering(default_paths
 
 
 def test_write_creates_the_inventory_dir(tmp_path, default_paths) -> None:
-    inventory.write(tmp_path / "inv", 3, default_paths)
+    inventory.write(tmp_path / "inv", 3, default_paths, releases.RELEASES["debian-12"])
     assert (tmp_path / "inv" / "hosts.yml").read_text() == inventory.render_hosts(3)
     assert (tmp_path / "inv" / "group_vars" / "all.yml").is_file()
+
+
+@pytest.mark.parametrize("release", list(releases.RELEASES.values()), ids=lambda r: r.os)
+def test_each_release_writes_an_inventory_kiln_validate_accepts(release, tmp_path, default_paths):
+    """The versions a release's sandbox declares are what it ships (Slurm) and what its platform
+    and the compatibility table accept, without a warning."""
+    inventory.write(tmp_path / "inv", 2, default_paths, release)
+    result = load_cluster(tmp_path / "inv")
+    assert result.errors == [] and result.warnings == []
+    assert result.cluster.versions.slurm == release.slurm
+
+
+def test_the_release_comes_from_the_option_then_the_environment_then_the_default():
+    assert releases.chosen(environ={}).os == "debian-13"
+    assert releases.chosen(environ={"KILN_SANDBOX_OS": "debian-12"}).suite == "bookworm"
+    assert releases.chosen("debian-13", environ={"KILN_SANDBOX_OS": "debian-12"}).suite == "trixie"
+    with pytest.raises(InvalidInputError, match="debian-13, debian-12, not 'ubuntu-24.04'"):
+        releases.chosen("ubuntu-24.04", environ={})
 
 
 def test_run_command_boots_systemd_with_the_flags_that_work_without_privileged() -> None:

@@ -145,13 +145,14 @@ def test_slurm_conf_options_the_release_lacks_are_refused(tmp_path):
 
 @pytest.mark.parametrize(
     ("inventory", "source", "version"),
-    [("sandbox", "distribution", "22.05.8"), ("example-h100", "repository", "24.05.8")],
+    [("sandbox", "distribution", "24.11.5"), ("example-h100", "repository", "24.05.8")],
 )
 def test_the_roles_pin_the_declared_version_for_the_shipped_inventories(inventory, source, version):
     settings = yaml.safe_load((ROOT / "inventories" / inventory / "group_vars" / "all.yml").open())
     slurm = settings.get("kiln_slurm", {})
     assert slurm.get("source", "distribution") == source
-    assert pin_filter(settings["kiln_versions"]["slurm"], slurm.get("source"), None) == version
+    declared = settings["kiln_versions"]["slurm"]
+    assert pin_filter(declared, slurm.get("source"), settings.get("kiln_os")) == version
 
 
 def test_every_slurm_role_installs_through_the_pinned_and_held_install():

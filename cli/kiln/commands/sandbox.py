@@ -12,7 +12,7 @@ from rich.table import Table
 
 from kiln.commands._progress import HEARTBEAT_S, stamp
 from kiln.console import err, folded, out, print_json, safe
-from kiln.sandbox import config, lifecycle
+from kiln.sandbox import config, lifecycle, releases
 
 app = typer.Typer(
     help="The local sandbox: Docker containers that behave like bare-metal servers.",
@@ -57,22 +57,36 @@ def up(
     nodes: Annotated[
         int, typer.Option("--nodes", "-n", help="Compute nodes besides kiln-ctl.")
     ] = 2,
+    os_: Annotated[
+        str | None,
+        typer.Option(
+            "--os",
+            envvar=releases.ENV,
+            show_default=False,
+            help=f"The nodes' Debian release: {', '.join(releases.RELEASES)} "
+            f"[default: {releases.DEFAULT}]. Running nodes of another release are replaced.",
+        ),
+    ] = None,
     rebuild: Annotated[bool, typer.Option(help="Rebuild the node image even if cached.")] = False,
 ) -> None:
     """Start (or reuse) the sandbox, trust it over SSH, write its inventory; print its path.
+
+    The nodes run Debian 13 and its Slurm 24.11 unless --os debian-12 (Slurm 22.05) is given.
 
     Example:
 
         kiln sandbox up --nodes 2
     """
+    release = releases.chosen(os_)
     with _progress() as progress:
-        result = lifecycle.up(nodes, config.paths(), progress, rebuild=rebuild)
+        result = lifecycle.up(nodes, config.paths(), progress, release=release, rebuild=rebuild)
     for node in result.nodes:
         err.print(f"  {node.name:<12} {node.address:<15} {node.action:<9} systemd {node.systemd}")
     for name in result.removed:
         err.print(f"  {name:<12} removed")
     err.print(
-        f"sandbox up in {result.seconds:.1f}s; ssh with host key checking works to every node"
+        f"{result.release.name} sandbox up in {result.seconds:.1f}s; ssh with host key "
+        "checking works to every node"
     )
     out.print(str(result.inventory_dir))
 

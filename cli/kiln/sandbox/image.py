@@ -1,8 +1,9 @@
-"""The node image: a minimal Debian bookworm with systemd as PID 1, sshd, python3 and sudo.
+"""The node image: a minimal Debian (13 or 12) with systemd as PID 1, sshd, python3 and sudo.
 
-Built once and reused. It is tagged `kiln-node:<hash of its recipe>` (and `kiln-node:latest`),
-so a changed recipe builds a new image and an unchanged one is never rebuilt. Two ways to the
-same base (`kiln-node-base:<hash>`): `FROM debian:bookworm` plus apt where a registry answers,
+Built once per release and reused. It is tagged `kiln-node:<hash of its recipe>` (and
+`kiln-node:<os>`, e.g. kiln-node:debian-13, which molecule uses), so a changed recipe builds a
+new image and an unchanged one is never rebuilt. Two ways to the same base
+(`kiln-node-base:<hash>`): `FROM debian:<suite>` plus apt where a registry answers,
 else (air-gapped, as here) debootstrap from the Debian archive, with a .deb cache under
 ~/.cache/kiln so rebuilds are fast. The same customisation script then runs on either base and
 makes `kiln-node` on top of it: the packages the stages install downloaded, and what every
@@ -28,16 +29,15 @@ from pathlib import Path
 from kiln.errors import EnvironmentProblem, OperationFailed
 from kiln.sandbox.config import IMAGE_REPO, LABEL
 from kiln.sandbox.docker import docker
+from kiln.sandbox.releases import Release, chosen
 
 Progress = Callable[..., None]
 
-SUITE = "bookworm"
 PACKAGES = ("systemd", "systemd-sysv", "python3", "openssh-server", "sudo", "iproute2")
 MIRROR = os.environ.get("KILN_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 SECURITY_MIRROR = os.environ.get(
     "KILN_DEBIAN_SECURITY_MIRROR", "http://deb.debian.org/debian-security"
 )
-REGISTRY_BASE = "debian:bookworm"
 RECIPE_LABEL = f"{LABEL}.recipe"
 
 # Debian packages the base, slurm and burn-in stages install; keep in step with the roles.
@@ -65,8 +65,11 @@ RUNTIME_PACKAGES = ("python3-torch",)
 # A silent build step reports that it is still running at least this often (seconds).
 HEARTBEAT_S = 10.0
 
-# Runs as root inside the base image (either path); keep it POSIX sh and idempotent.
-CUSTOMIZE = f"""\
+
+def customize_script(release: Release) -> str:
+    """Runs as root inside the base image (either path); POSIX sh and idempotent."""
+    suite = release.suite
+    return f"""\
 set -eu
 # The whole Debian archive (contrib/non-free too: the NVIDIA stack lives there), so roles can
 # apt-get install exactly as on a real server.
@@ -74,13 +77,13 @@ rm -f /etc/apt/sources.list
 cat > /etc/apt/sources.list.d/debian.sources <<'SOURCES'
 Types: deb
 URIs: {MIRROR}
-Suites: {SUITE} {SUITE}-updates
+Suites: {suite} {suite}-updates
 Components: main contrib non-free non-free-firmware
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 
 Types: deb
 URIs: {SECURITY_MIRROR}
-Suites: {SUITE}-security
+Suites: {suite}-security
 Components: main contrib non-free non-free-firmware
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SOURCES
@@ -137,22 +140,36 @@ class ImageResult:
     seconds: float
 
 
-def base_recipe() -> dict[str, object]:
-    return {"suite": SUITE, "variant": "minbase", "packages": list(PACKAGES)}
+def base_recipe(release: Release) -> dict[str, object]:
+    return {"suite": release.suite, "variant": "minbase", "packages": list(PACKAGES)}
 
 
-def recipe_hash(customize: str = CUSTOMIZE) -> str:
-    recipe = {"base": base_recipe(), "customize": customize, "changes": list(IMAGE_CHANGES)}
+def recipe_hash(release: Release) -> str:
+    recipe = {
+        "base": base_recipe(release),
+        "customize": customize_script(release),
+        "changes": list(IMAGE_CHANGES),
+    }
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def image_tag() -> str:
-    return f"{IMAGE_REPO}:{recipe_hash()}"
+def image_tag(release: Release | None = None) -> str:
+    """The node image of `release` (default: the chosen one, kiln.sandbox.releases.chosen)."""
+    return f"{IMAGE_REPO}:{recipe_hash(release or chosen())}"
 
 
-def _base_tag() -> str:
-    digest = hashlib.sha256(json.dumps(base_recipe(), sort_keys=True).encode()).hexdigest()[:12]
-    return f"{IMAGE_REPO}-base:{digest}"
+def os_tag(release: Release) -> str:
+    """The stable name of a release's newest node image (molecule's platforms use it)."""
+    return f"{IMAGE_REPO}:{release.os}"
+
+
+def _base_tag(release: Release) -> str:
+    recipe = json.dumps(base_recipe(release), sort_keys=True).encode()
+    return f"{IMAGE_REPO}-base:{hashlib.sha256(recipe).hexdigest()[:12]}"
+
+
+def _registry_base(release: Release) -> str:
+    return f"debian:{release.suite}"
 
 
 def _exists(ref: str) -> bool:
@@ -164,37 +181,37 @@ def cache_dir() -> Path:
     return Path(root) / "kiln"
 
 
-def debootstrap_command(rootfs: Path, debs: Path) -> list[str]:
+def debootstrap_command(rootfs: Path, debs: Path, release: Release) -> list[str]:
     return [
         "debootstrap",
         "--variant=minbase",
         f"--cache-dir={debs}",
         f"--include={','.join(PACKAGES)}",
-        SUITE,
+        release.suite,
         str(rootfs),
         MIRROR,
     ]
 
 
-def _registry_answers() -> bool:
-    """Use `FROM debian:bookworm` only where it is already here or a pull works quickly."""
+def _registry_answers(release: Release) -> bool:
+    """Use `FROM debian:<suite>` only where it is already here or a pull works quickly."""
     source = os.environ.get("KILN_SANDBOX_IMAGE_SOURCE", "auto")
     if source == "debootstrap":
         return False
-    if _exists(REGISTRY_BASE):
+    if _exists(_registry_base(release)):
         return True
-    return docker(["pull", REGISTRY_BASE], check=False, timeout=60).returncode == 0
+    return docker(["pull", _registry_base(release)], check=False, timeout=60).returncode == 0
 
 
-def _base_from_registry(tag: str, progress: Progress) -> None:
+def _base_from_registry(tag: str, progress: Progress, release: Release) -> None:
     install = (
         "set -eu; export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; "
         f"apt-get install -y -q --no-install-recommends {' '.join(PACKAGES)}"
     )
-    _run_and_commit(REGISTRY_BASE, install, tag, (), progress, "base image")
+    _run_and_commit(_registry_base(release), install, tag, (), progress, "base image")
 
 
-def _base_from_debootstrap(tag: str, progress: Progress) -> None:
+def _base_from_debootstrap(tag: str, progress: Progress, release: Release) -> None:
     if shutil.which("debootstrap") is None:
         raise EnvironmentProblem(
             "debootstrap is not installed (needed to build the node image without a registry)",
@@ -203,13 +220,16 @@ def _base_from_debootstrap(tag: str, progress: Progress) -> None:
     if os.geteuid() != 0:
         raise EnvironmentProblem(
             "building the node image with debootstrap needs root",
-            hint=f"run `kiln sandbox up` once as root, or make `docker pull {REGISTRY_BASE}` work",
+            hint=(
+                "run `kiln sandbox up` once as root, or make "
+                f"`docker pull {_registry_base(release)}` work"
+            ),
         )
     debs = cache_dir() / "debootstrap-debs"
     debs.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="rootfs-", dir=cache_dir()) as tmp:
         rootfs = Path(tmp) / "rootfs"
-        cmd = debootstrap_command(rootfs, debs)
+        cmd = debootstrap_command(rootfs, debs, release)
         rc, tail = stream(cmd, "debootstrap", progress, timeout=900)
         if rc != 0:
             raise OperationFailed(f"debootstrap failed (rc {rc}): " + " | ".join(tail[-5:]))
@@ -292,28 +312,35 @@ def _run_and_commit(
         docker(["rm", "-f", name], check=False)
 
 
-def ensure_image(progress: Progress, *, rebuild: bool = False) -> ImageResult:
-    """The node image for the current recipe, building it only when it is not there yet."""
+def ensure_image(
+    progress: Progress, release: Release | None = None, *, rebuild: bool = False
+) -> ImageResult:
+    """The node image of `release` (default: the chosen one), built only when not there yet."""
+    release = release or chosen()
     start = time.monotonic()
-    tag = image_tag()
+    tag = image_tag(release)
     if _exists(tag) and not rebuild:
+        docker(["tag", tag, os_tag(release)])
         return ImageResult(tag, built=False, source="cached", seconds=time.monotonic() - start)
-    base = _base_tag()
+    base = _base_tag(release)
     source = "cached base image"
     if rebuild or not _exists(base):
-        if _registry_answers():
+        if _registry_answers(release):
             source = "registry"
-            progress(f"building the base image from {REGISTRY_BASE}")
-            _base_from_registry(base, progress)
+            progress(f"building the base image from {_registry_base(release)}")
+            _base_from_registry(base, progress, release)
         else:
             source = "debootstrap"
-            progress("building the base image with debootstrap from the Debian archive (~40 s)")
-            _base_from_debootstrap(base, progress)
+            progress(
+                f"building the {release.name} base image with debootstrap from the Debian "
+                "archive (~40 s)"
+            )
+            _base_from_debootstrap(base, progress, release)
     progress(
         f"building the node image {tag} on {base}: prefetching packages and installing "
         f"{', '.join(RUNTIME_PACKAGES)} (once; a few minutes, then cached)"
     )
-    changes = (*IMAGE_CHANGES, f"LABEL {LABEL}=1 {RECIPE_LABEL}={recipe_hash()}")
-    _run_and_commit(base, CUSTOMIZE, tag, changes, progress, "node image")
-    docker(["tag", tag, f"{IMAGE_REPO}:latest"])
+    changes = (*IMAGE_CHANGES, f"LABEL {LABEL}=1 {RECIPE_LABEL}={recipe_hash(release)}")
+    _run_and_commit(base, customize_script(release), tag, changes, progress, "node image")
+    docker(["tag", tag, os_tag(release)])
     return ImageResult(tag, built=True, source=source, seconds=time.monotonic() - start)

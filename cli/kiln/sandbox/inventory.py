@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kiln.sandbox.config import Node, Paths, nodes
+from kiln.sandbox.releases import RELEASES, Release
 
 CLUSTER_NAME = "sandbox"
 HEADER = "# The local sandbox cluster, written by `kiln sandbox up --nodes {n}`.\n"
@@ -42,7 +43,7 @@ def render_hosts(count: int) -> str:
     )
 
 
-def render_group_vars(paths: Paths) -> str:
+def render_group_vars(paths: Paths, release: Release = RELEASES["debian-13"]) -> str:
     key = paths.display(paths.private_key)
     known_hosts = paths.display(paths.known_hosts)
     return (
@@ -50,13 +51,14 @@ def render_group_vars(paths: Paths) -> str:
         "# Written by `kiln sandbox up`. SSH host key checking stays on:\n"
         "# known_hosts holds the host keys read from inside each container.\n"
         f"kiln_cluster_name: {CLUSTER_NAME}\n"
-        "# Debian 12's Slurm; the CPU-only nodes never load a driver, but the versions must\n"
-        "# still be a combination the compatibility table accepts.\n"
+        f"kiln_os: {release.os}\n"
+        f"# {release.name}'s Slurm; the CPU-only nodes never load a driver, but the versions\n"
+        "# must still be a combination the compatibility table and the platform accept.\n"
         "kiln_versions:\n"
-        "  driver_branch: 535\n"
-        '  cuda: "12.2"\n'
-        '  nccl: "2.18.5"\n'
-        '  slurm: "22.05"\n'
+        f"  driver_branch: {release.driver_branch}\n"
+        f'  cuda: "{release.cuda}"\n'
+        f'  nccl: "{release.nccl}"\n'
+        f'  slurm: "{release.slurm}"\n'
         "# Containers share the host's cgroup tree, so Slurm confines nothing with cgroups\n"
         "# here. New nodes join quarantined (drained) as on a real cluster, until a burn-in\n"
         "# passes on them: `make demo` shows exactly that.\n"
@@ -82,14 +84,17 @@ def render_group_vars(paths: Paths) -> str:
     )
 
 
-def render(count: int, paths: Paths) -> dict[str, str]:
+def render(count: int, paths: Paths, release: Release = RELEASES["debian-13"]) -> dict[str, str]:
     """Relative path -> content of every file of the inventory."""
-    return {"hosts.yml": render_hosts(count), "group_vars/all.yml": render_group_vars(paths)}
+    return {
+        "hosts.yml": render_hosts(count),
+        "group_vars/all.yml": render_group_vars(paths, release),
+    }
 
 
-def write(directory: Path, count: int, paths: Paths) -> Path:
+def write(directory: Path, count: int, paths: Paths, release: Release) -> Path:
     """Write the inventory into `directory` (replacing those files); returns the directory."""
-    for relative, content in render(count, paths).items():
+    for relative, content in render(count, paths, release).items():
         target = directory / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)

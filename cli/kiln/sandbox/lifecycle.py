@@ -14,6 +14,7 @@ from kiln.errors import InvalidInputError
 from kiln.sandbox import cluster, image, inventory, light, ssh
 from kiln.sandbox.config import MAX_NODES, Paths, nodes
 from kiln.sandbox.docker import require_docker
+from kiln.sandbox.releases import Release, chosen
 
 Progress = Callable[..., None]
 
@@ -33,6 +34,7 @@ class NodeResult:
 @dataclass
 class UpResult:
     inventory_dir: Path
+    release: Release
     image: image.ImageResult
     nodes: list[NodeResult] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)  # surplus compute nodes from a larger `up`
@@ -53,13 +55,22 @@ class StatusRow:
     systemd: str
 
 
-def up(count: int, paths: Paths, progress: Progress = _quiet, *, rebuild: bool = False) -> UpResult:
-    """Bring up a controller and `count` compute nodes, trusted over SSH, with an inventory."""
+def up(
+    count: int,
+    paths: Paths,
+    progress: Progress = _quiet,
+    *,
+    release: Release | None = None,
+    rebuild: bool = False,
+) -> UpResult:
+    """Bring up a controller and `count` compute nodes of `release` (default: the chosen one),
+    trusted over SSH, with an inventory. Nodes of another release are replaced."""
     if not 1 <= count <= MAX_NODES:
         raise InvalidInputError(f"--nodes must be between 1 and {MAX_NODES}, not {count}")
+    release = release or chosen()
     start = time.monotonic()
     require_docker()
-    img = image.ensure_image(progress, rebuild=rebuild)
+    img = image.ensure_image(progress, release, rebuild=rebuild)
     if img.built:
         progress(f"built {img.tag} from {img.source} in {img.seconds:.0f}s")
 
@@ -84,12 +95,14 @@ def up(count: int, paths: Paths, progress: Progress = _quiet, *, rebuild: bool =
         lines.append(ssh.known_hosts_line(node, ssh.host_key(node)))
         results.append(NodeResult(node.name, node.address, actions[node.name], state))
     ssh.write_known_hosts(paths.known_hosts, lines)
-    inventory.write(paths.inventory_dir, count, paths)
+    inventory.write(paths.inventory_dir, count, paths, release)
 
     for node in wanted:
         progress(f"proving ssh with host key checking to {node.name}")
         ssh.prove(node, paths.private_key, paths.known_hosts)
-    return UpResult(paths.inventory_dir, img, results, removed, time.monotonic() - start)
+    return UpResult(
+        paths.inventory_dir, release, img, results, removed, time.monotonic() - start
+    )
 
 
 def down() -> DownResult:

@@ -54,6 +54,22 @@ def first_host(nodelist: str) -> str:
     return _GROUP.sub(first, head)
 
 
+def libuv_store_missing() -> bool:
+    """Whether this torch asks for its libuv TCPStore by default but was built without libuv.
+
+    Torch 2.4+ rendezvous through the libuv store unless USE_LIBUV=0; Debian 13's torch 2.6 is
+    built without it, and every rank then fails in init_process_group ("use_libuv was requested
+    but PyTorch was build without libuv support"). Older torch has no such store to choose.
+    """
+    try:
+        dist.TCPStore("127.0.0.1", 0, 1, True, use_libuv=True)
+    except TypeError:  # torch < 2.2: no use_libuv argument, one store implementation
+        return False
+    except RuntimeError as error:
+        return "libuv" in str(error)
+    return False
+
+
 def rendezvous(env: dict[str, str]) -> dict[str, str | int]:
     """rank, world_size, local_rank, master_addr, master_port from torchrun's or Slurm's env."""
     if "RANK" in env and "WORLD_SIZE" in env:
@@ -164,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     max_bytes = args.max_bytes or (1 << 30 if cuda else 16 << 20)
     verdict_bytes = args.verdict_bytes or max_bytes
     rank, world = int(rdv["rank"]), int(rdv["world_size"])
+    if "USE_LIBUV" not in os.environ and libuv_store_missing():
+        os.environ["USE_LIBUV"] = "0"  # every rank runs the same torch, so all choose alike
     dist.init_process_group(
         backend,
         init_method=f"tcp://{rdv['master_addr']}:{rdv['master_port']}",
