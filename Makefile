@@ -16,6 +16,7 @@ MOLECULE_SCENARIOS := $(notdir $(wildcard molecule/*))
 SYSTEM_PACKAGES := openssh-server openssh-client chromium
 
 .PHONY: help deps deps-runtime system-deps lint test test-unit test-local test-integration test-molecule docker \
+	test-debian12 test-molecule-debian12 \
 	sandbox sandbox-down demo bench bench-remote gpu-check clean
 
 help:
@@ -23,6 +24,8 @@ help:
 	@echo "make test        lint, unit and local tests, then the Docker tier (what CI runs)"
 	@echo "make test-unit   the fast loop: unit tests only (no Ansible runs, torch, sshd or browser)"
 	@echo "make test-local  the local tier: real Ansible runs, torch, sshd and chromium here (no Docker)"
+	@echo "make test-debian12  provision, burn-in and Slurm checks on a Debian 12 sandbox (part of make test)"
+	@echo "make test-molecule-debian12  the molecule scenarios on Debian 12's node image (not in make test)"
 	@echo "make bench       benchmarks: inventory scale, start-up, judging, engine (local and over SSH at 100 hosts), exec fan-out, controller cost, health check, converged re-apply"
 	@echo "make bench-remote  remote latency per host-task over SSH, mitogen beside ssh; kiln health beside kiln exec (sandbox)"
 	@echo "make gpu-check   checks that need an NVIDIA GPU (skipped without one)"
@@ -92,7 +95,18 @@ test-molecule: deps docker
 	$(BIN)/kiln sandbox up --nodes 2 >/dev/null
 	for scenario in $(MOLECULE_SCENARIOS); do $(BIN)/molecule test -s $$scenario; done
 
-test: lint test-unit test-local test-integration test-molecule
+# Debian 12 (Slurm 22.05) kept beside the default Debian 13: the sandbox recreated on Debian 12,
+# a full provision and a second that changes nothing, the burn-in that resumes the quarantined
+# nodes, and the Slurm checks (each daemon at the declared version, held).
+test-debian12: deps system-deps docker
+	KILN_SANDBOX_OS=debian-12 $(BIN)/pytest -q -m integration \
+	  tests/integration/test_slurm.py tests/integration/test_provision.py
+
+# The molecule scenarios on Debian 12's node image (outside `make test`: CI's time).
+test-molecule-debian12: deps docker
+	KILN_SANDBOX_OS=debian-12 $(MAKE) test-molecule
+
+test: lint test-unit test-local test-integration test-molecule test-debian12
 
 # kiln's real flow: nodes join quarantined, burn-in passes, kiln resumes them (scripts/demo.sh).
 demo: deps-runtime docker

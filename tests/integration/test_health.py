@@ -1,4 +1,4 @@
-"""The node health check in the sandbox's real Slurm 22.05 (docs/health.md).
+"""The node health check in the sandbox's real Slurm (docs/health.md).
 
 A copy of the sandbox inventory turns kiln_health on with a 10 s interval (time_sync skipped: a
 container's clock is the host's, and timedatectl has nothing to say about it) and runs the slurm

@@ -1,6 +1,6 @@
 """Day-to-day Slurm operations on the provisioned sandbox: drain/resume, status, inspect, munge.
 
-Everything goes through real Slurm (22.05 from Debian) in the Docker sandbox; checks read the
+Everything goes through real Slurm (Debian's own) in the Docker sandbox; checks read the
 cluster directly with `docker exec` on the containers, never through kiln.
 """
 

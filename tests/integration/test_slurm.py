@@ -52,6 +52,18 @@ def test_compute_nodes_register_idle(provisioned_sandbox):
     assert {node: states.get(node) for node in NODES} == dict.fromkeys(NODES, "idle")
 
 
+def test_every_node_runs_the_declared_slurm_held(provisioned_sandbox):
+    """Declared means installed: the sandbox's release declares its distribution's Slurm (24.11
+    on Debian 13, 22.05 on Debian 12); each daemon says that version and apt holds it."""
+    settings = yaml.safe_load((provisioned_sandbox.inventory / "group_vars" / "all.yml").open())
+    declared = settings["kiln_versions"]["slurm"]
+    for name, daemon in [(CONTROLLER, "slurmctld"), *((node, "slurmd") for node in NODES)]:
+        said = on(name, daemon, "-V").stdout.split()
+        assert said[0] in ("slurm", "slurm-wlm"), (name, said)
+        assert said[1].startswith(f"{declared}."), (name, said)
+        assert daemon in on(name, "apt-mark", "showhold").stdout.split(), name
+
+
 def test_a_two_node_job_runs(provisioned_sandbox):
     wait_for_states({"idle"})
     proc = on(CONTROLLER, "timeout", "120", "srun", "-N2", "--ntasks-per-node=1", "hostname")
