@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kiln.inventory import load_cluster
 from kiln.inventory.context import InventoryContext, read_context
 from kiln.inventory.findings import FindingCollector
 from kiln.inventory.rules import slurm as rules
@@ -20,6 +21,7 @@ from kiln.profiles.slurm import (
     release_of,
     source_problems,
 )
+from role_defaults import render_role_defaults
 
 ROOT = Path(__file__).parent.parent.parent
 ROLES = ROOT / "playbooks" / "roles"
@@ -188,3 +190,37 @@ def test_every_slurm_role_installs_through_the_pinned_and_held_install():
         (packages,) = [v for k, v in names.items() if k.endswith("_packages")]
         assert packages["distribution"] == debs  # the sandbox's packages, as before
         assert all(p.startswith("slurm-smd") for p in packages["repository"])
+
+
+@pytest.mark.parametrize(
+    ("source", "packages", "package_set", "node_packages"),
+    [
+        ("distribution", None, "distribution", ["slurmd"]),
+        ("repository", None, "repository", ["slurm-smd-slurmd"]),
+        ("repository", "schedmd", "repository", ["slurm-smd-slurmd"]),
+        ("repository", "debian", "distribution", ["slurmd"]),  # a rebuild of Debian's packaging
+    ],
+)
+def test_the_repository_says_how_its_debs_are_named(source, packages, package_set, node_packages):
+    repository = {"url": "https://repo.example.com/slurm", "key_url": "https://k.example/k.asc"}
+    if packages:
+        repository["packages"] = packages
+    kiln_slurm = {"source": source}
+    if source == "repository":
+        kiln_slurm["repository"] = repository
+    rendered = render_role_defaults(
+        "slurm_common",
+        {"kiln_slurm": kiln_slurm},
+        ["slurm_common_source", "slurm_common_repository", "slurm_common_package_set"],
+        shim="kiln_slurm_filters.py",
+    )
+    assert rendered["slurm_common_package_set"] == package_set
+    names = yaml.safe_load((ROLES / "slurm_node" / "vars" / "Debian.yml").open())
+    assert names["__slurm_node_packages"][package_set] == node_packages
+
+
+def test_a_repository_names_its_packages_schedmd_or_debian_only(tmp_path):
+    context(tmp_path, 'kiln_versions:\n  slurm: "24.11.5"\n' + REPOSITORY + "    packages: rpm\n")
+    (error,) = load_cluster(tmp_path).errors
+    assert error.origin.display(tmp_path) == "group_vars/all.yml:8"
+    assert "'schedmd' or 'debian'" in error.message, error.message

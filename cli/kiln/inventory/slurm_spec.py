@@ -1,8 +1,10 @@
-"""kiln_slurm.repository: a site's repository of SchedMD-built Slurm packages."""
+"""kiln_slurm.repository: a site's repository of Slurm packages at an exact version."""
 
 from __future__ import annotations
 
 import re
+
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -11,7 +13,8 @@ _TOKEN = re.compile(r"^[A-Za-z0-9._:/@%+,=-]+$")
 
 
 class SlurmRepositorySpec(BaseModel):
-    """SchedMD-built packages (slurm-smd-* debs, slurm RPMs) at the exact kiln_versions.slurm."""
+    """Packages at the exact kiln_versions.slurm: SchedMD-built (slurm-smd-* debs, slurm RPMs),
+    or on apt a site's rebuild or mirror of the distribution's packaging (slurmd, slurmctld)."""
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
@@ -19,6 +22,12 @@ class SlurmRepositorySpec(BaseModel):
     key_url: str = Field(pattern=_URL, description="URL of its signing key (ASCII armoured)")
     suite: str = Field("./", pattern=r"^[A-Za-z0-9._/-]+$", description="apt suite ('./': flat)")
     components: list[str] = Field(default_factory=list, description="apt components, if any")
+    packages: Literal["schedmd", "debian"] = Field(
+        "schedmd",
+        description="how its debs are named: schedmd (slurm-smd-client, slurm-smd-slurmd, ...) "
+        "or debian (slurm-client, slurmd, ...: a rebuild of Debian's packaging); RPMs are "
+        "named alike either way",
+    )
 
     @field_validator("components")
     @classmethod
