@@ -141,7 +141,9 @@ FILTERS = {
     "kiln_nccl_check_failures": nccl_check_failures,
     "kiln_nccl_package_version": lambda nccl, cuda: nccl_package_version(str(nccl), str(cuda)),
     "kiln_cuda_toolkit_package": lambda cuda: cuda_toolkit_package(str(cuda)),
-    "kiln_nccl_tests_cuda_packages": lambda cuda: nccl_tests_cuda_packages(str(cuda)),
+    "kiln_nccl_tests_cuda_packages": lambda cuda, cudart_dev="cuda-cudart-dev": (
+        nccl_tests_cuda_packages(str(cuda), str(cudart_dev))
+    ),
     "kiln_key_problem": key_problem,
     # the node's OS entry (platforms.yml): repository, key, package names, hold mechanism
     "kiln_gpu_platform": role_platform,

@@ -95,13 +95,14 @@ def cuda_toolkit_package(cuda: str) -> str:
 CRT_PACKAGE_FROM = "12.2"
 
 
-def nccl_tests_cuda_packages(cuda: str) -> list[str]:
+def nccl_tests_cuda_packages(cuda: str, cudart_dev: str = "cuda-cudart-dev") -> list[str]:
     """What building nccl-tests needs from NVIDIA's repository at CUDA `cuda`, without the whole
     toolkit: nvcc (cuda-nvcc-12-4), its crt headers (cuda-crt-12-4, CUDA 12.2 on) and the CUDA
-    runtime's headers and libraries (cuda-cudart-dev-12-4). The nccl role installs, holds them."""
+    runtime's headers and libraries (cuda-cudart-dev-12-4; `cudart_dev` is the family's name,
+    cuda-cudart-devel on dnf). The nccl role installs, holds them."""
     suffix = "-".join(cuda.split(".")[:2])
     crt = [f"cuda-crt-{suffix}"] if parse_version(cuda) >= parse_version(CRT_PACKAGE_FROM) else []
-    return [f"cuda-nvcc-{suffix}", *crt, f"cuda-cudart-dev-{suffix}"]
+    return [f"cuda-nvcc-{suffix}", *crt, f"{cudart_dev}-{suffix}"]
 
 
 def stack_versions(installed: dict[str, str]) -> dict[str, str | None]:

@@ -92,6 +92,7 @@ def role_platform(
         "build_packages": list(family.build_packages),
         "mpi_packages": list(family.mpi_packages),
         "mpi_home": family.mpi_home.replace("{arch}", arch),
+        "mpi_include": (family.mpi_include or "").replace("{arch}", arch),
         "initramfs_command": list(family.initramfs_command),
         "headers_package": family.headers_package.replace("{kernel}", kernel),
     }

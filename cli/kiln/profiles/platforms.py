@@ -30,6 +30,8 @@ class Family(Model):
     build_packages: list[str]
     mpi_packages: list[str]
     mpi_home: str
+    # Open MPI's headers where not under mpi_home/include (dnf: /usr/include/openmpi-x86_64)
+    mpi_include: str | None = None
     initramfs_command: list[str]
     headers_package: str
     # the fabric manager's and NSCQ's version: the driver's exact package version (apt), or its
