@@ -1,11 +1,13 @@
 """Rolling changes through real ansible-playbook over local hosts: the nccl stage's playbook and
 role, with slurm_maintenance's rolling step.
 
-The stage playbook (playbooks/nccl.yml) and the roles nccl and slurm_maintenance are copied as
-they are, except the one task file that calls apt (roles/nccl/tasks/install.yml), which becomes
-a call to a stand-in package manager. The controller's Slurm and each node's dpkg are stand-ins
-on PATH (tests/slurm_doubles.py) replaying recorded real Slurm output; each host's modules run
-through a small interpreter wrapper that names the host, so each keeps its own package state.
+The stage playbook (playbooks/nccl.yml) and the roles nccl, nvidia_repo (whose hold-apt-mark
+entry point holds NCCL) and slurm_maintenance are copied as they are, except the one task file
+that calls the package manager (roles/nccl/tasks/install.yml), which becomes a call to a
+stand-in. The host runs Debian, so the roles take the apt family's names and dpkg holds. The
+controller's Slurm and each node's dpkg are stand-ins on PATH (tests/slurm_doubles.py)
+replaying recorded real Slurm output; each host's modules run through a small interpreter
+wrapper that names the host, so each keeps its own package state.
 The stand-in all_reduce_perf prints a recorded real single-node run (8x H100,
 tests/fixtures/real/nccl-tests-all_reduce_perf).
 """
@@ -63,7 +65,7 @@ def setup(tmp_path: Path, slurm: dict, dpkg: dict, *, check_output: str | None =
         (state / f"dpkg-{host}.json").write_text(json.dumps(installed))
     stage.mkdir()
     shutil.copy(PLAYBOOKS / "nccl.yml", stage / "nccl.yml")
-    for role in ("nccl", "slurm_maintenance"):
+    for role in ("nccl", "nvidia_repo", "slurm_maintenance"):  # nvidia_repo: the holds
         shutil.copytree(PLAYBOOKS / "roles" / role, stage / "roles" / role)
     (stage / "roles/nccl/tasks/install.yml").write_text(STAND_IN_INSTALL)
     tests_root = tmp_path / "nccl-tests"
