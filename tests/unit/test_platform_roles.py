@@ -1,22 +1,26 @@
 """What the nvidia roles would put on each platform (#28), against recorded real ansible_facts
 (tests/fixtures/real/ansible-facts, SOURCE.txt): repository and key, the driver's packages at
 their exact version, the branch pin, the hold mechanism, the DCGM, CUDA and NCCL package names,
-Ubuntu 24.04's user-namespace sysctl. Ubuntu and RHEL hosts cannot be run here (their images
-cannot be pulled on these machines; docs/gpu.md, Platforms): the unit tests render the roles'
-own vars and defaults with kiln's filters, the `local` tests run real ansible-playbook over the
-recorded facts and check every playbook's syntax."""
+Ubuntu 24.04's user-namespace sysctl; the nccl role's packages, versions, build and holds, the
+base role's packages, chrony paths and holds, and slurm_maintenance's hold commands. Ubuntu and
+RHEL hosts cannot be run here (their images cannot be pulled on these machines; docs/gpu.md,
+Platforms): the unit tests render the roles' own vars and defaults with kiln's filters, the
+`local` tests run real ansible-playbook over the recorded facts and check every playbook's
+syntax."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from ansible.module_utils.facts.system.distribution import Distribution
 from jinja2 import StrictUndefined, TemplateError
 from jinja2.nativetypes import NativeEnvironment
 
@@ -29,8 +33,17 @@ DEBIAN_12 = {  # no recorded capture: the keys kiln reads, as Debian 12's setup 
     "ansible_distribution": "Debian",
     "ansible_distribution_version": "12.5",
     "ansible_distribution_major_version": "12",
+    "ansible_os_family": "Debian",
     "ansible_architecture": "x86_64",
     "ansible_kernel": "6.1.0-28-amd64",
+}
+DEBIAN_13 = {  # likewise Debian 13's (the sandbox's default)
+    "ansible_distribution": "Debian",
+    "ansible_distribution_version": "13.1",
+    "ansible_distribution_major_version": "13",
+    "ansible_os_family": "Debian",
+    "ansible_architecture": "x86_64",
+    "ansible_kernel": "6.12.48+deb13-amd64",
 }
 
 
@@ -39,6 +52,8 @@ def recorded(name: str) -> dict:
     that shows no architecture is given x86_64 (said in SOURCE.txt)."""
     if name == "debian-12":
         raw = DEBIAN_12
+    elif name == "debian-13":
+        raw = DEBIAN_13
     elif name == "rocky-9.6":
         raw = json.loads((FACTS / "rocky-9.6-and-ubuntu-24.04.json").read_text())["rocky"]
     else:
@@ -46,15 +61,19 @@ def recorded(name: str) -> dict:
     facts = {key.removeprefix("ansible_"): value for key, value in raw.items()}
     facts.setdefault("architecture", "x86_64")
     facts.setdefault("kernel", "5.14.0-362.8.1.el9_3.x86_64")
+    # two captures (AlmaLinux 9.7, Rocky 9.2) show no os_family: Ansible's own table gives it
+    facts.setdefault("os_family", Distribution.OS_FAMILY[facts["distribution"]])
     return facts
 
 
 def environment() -> NativeEnvironment:
-    """Jinja with kiln's filters, loaded through the shims the playbooks use, and the one
-    Ansible filters the roles' variables use (basename, split)."""
+    """Jinja with kiln's filters, loaded through the shims the playbooks use, and the few
+    Ansible filters the roles' variables use (basename, split, bool, regex_replace)."""
     env = NativeEnvironment(undefined=StrictUndefined)
     env.filters["basename"] = os.path.basename
     env.filters["split"] = lambda text, sep=None: str(text).split(sep)
+    env.filters["bool"] = lambda value: str(value).strip().lower() in ("true", "yes", "on", "1")
+    env.filters["regex_replace"] = lambda value, pattern, repl: re.sub(pattern, repl, str(value))
     for shim in sorted((PLAYBOOKS / "filter_plugins").glob("kiln_*.py")):
         spec = importlib.util.spec_from_file_location(shim.stem, shim)
         module = importlib.util.module_from_spec(spec)
@@ -65,11 +84,13 @@ def environment() -> NativeEnvironment:
 
 def render_role(role: str, values: dict, names: list[str]) -> dict:
     """The role's defaults and vars (vars win, as in Ansible) with `values` set, each rendered
-    once everything it reads is (a variable of runtime results is never needed here)."""
+    once everything it reads is (a variable of runtime results is never needed here); a role
+    with vars/<os_family>.yml (which it includes first thing) gets the node's family's too."""
     env = environment()
     raw: dict = {}
-    for part in ("defaults", "vars"):
-        path = ROLES / role / part / "main.yml"
+    family = (values.get("ansible_facts") or {}).get("os_family")
+    for part in ("defaults/main.yml", "vars/main.yml", f"vars/{family}.yml"):
+        path = ROLES / role / part
         if path.exists():
             raw.update(yaml.safe_load(path.read_text()) or {})
     raw.update(values)
@@ -231,6 +252,112 @@ def test_the_repository_dcgm_cuda_nccl_and_base_on_each_recorded_platform(captur
     assert base["__base_userns_sysctl"] == expected
 
 
+# What the nccl, base and slurm_maintenance roles use per OS family: NCCL's packages at their
+# version, the build's packages and Open MPI, the holds; the base packages, chrony, the holds.
+NCCL_VERSION = "2.21.5-1+cuda12.4"
+FAMILIES = {
+    "apt": {
+        "os_family": "Debian",
+        "nccl": ["libnccl2", "libnccl-dev"],
+        "install": [f"libnccl2={NCCL_VERSION}", f"libnccl-dev={NCCL_VERSION}"],
+        "cuda": ["cuda-nvcc-12-4", "cuda-crt-12-4", "cuda-cudart-dev-12-4"],
+        "build": ["build-essential", "libopenmpi-dev", "openmpi-bin", "libpmix-dev"],
+        "mpi_home": "/usr/lib/{arch}-linux-gnu/openmpi",
+        "mpi_include": "",
+        "hold": "apt-mark",
+        "base": ["chrony", "python3-apt", "pciutils", "numactl", "ethtool", "rsync"],
+        "chrony": ("/etc/chrony/chrony.conf", "/etc/chrony/sources.d", "chrony"),
+        "package_facts": "apt",
+        "held_prefixes": ["linux-image-", "linux-headers-", "linux-modules-", "nvidia-",
+                          "libnvidia-", "cuda-drivers", "datacenter-gpu-manager"],
+        # the maintenance step's module, and its argument on lifting and on setting the holds
+        "maintenance": ("ansible.builtin.dpkg_selections", "selection", "install", "hold"),
+    },
+    "dnf": {
+        "os_family": "RedHat",
+        "nccl": ["libnccl", "libnccl-devel"],
+        "install": [f"libnccl-{NCCL_VERSION}", f"libnccl-devel-{NCCL_VERSION}"],
+        "cuda": ["cuda-nvcc-12-4", "cuda-crt-12-4", "cuda-cudart-devel-12-4"],
+        "build": ["gcc-c++", "make", "openmpi-devel", "pmix-devel"],
+        "mpi_home": "/usr/lib64/openmpi",
+        "mpi_include": "/usr/include/openmpi-{arch}",
+        "hold": "versionlock",
+        "base": ["chrony", "python3-dnf-plugin-versionlock", "pciutils", "numactl", "ethtool",
+                 "rsync"],
+        "chrony": ("/etc/chrony.conf", "/etc/chrony.d", "chronyd"),
+        "package_facts": "rpm",
+        "held_prefixes": ["kernel", "kmod-nvidia", "nvidia-", "libnvidia-", "cuda-drivers",
+                          "datacenter-gpu-manager"],
+        "maintenance": ("community.general.dnf_versionlock", "state", "absent", "present"),
+    },
+}  # fmt: skip
+PLATFORMS = sorted([*CASES, "debian-13"])
+
+
+def family_of(capture: str) -> str:
+    return "apt" if capture.startswith(("ubuntu", "debian")) else "dnf"
+
+
+@pytest.mark.parametrize("capture", PLATFORMS)
+def test_nccl_base_and_maintenance_on_each_recorded_platform(capture):
+    facts = recorded(capture)
+    want = FAMILIES[family_of(capture)]
+    assert facts["os_family"] == want["os_family"]
+    values = {**KILN, "ansible_facts": facts, "kiln_gpu_count": 8}
+    nccl = render_role(
+        "nccl",
+        values,
+        ["nccl_packages", "__nccl_package_version", "nccl_tests_cuda_packages",
+         "nccl_tests_build_packages", "__nccl_mpi_home", "__nccl_platform"],
+    )  # fmt: skip
+    platform = nccl["__nccl_platform"]
+    assert nccl["nccl_packages"] == want["nccl"]
+    assert nccl["__nccl_package_version"] == NCCL_VERSION
+    # install.yml's names, as the package manager spells them (apt name=v, dnf name-v)
+    (install,) = yaml.safe_load((ROLES / "nccl" / "tasks" / "install.yml").read_text())
+    names = environment().from_string(install["ansible.builtin.package"]["name"].strip())
+    assert names.render(nccl) == want["install"]
+    assert nccl["nccl_tests_cuda_packages"] == want["cuda"]
+    assert nccl["nccl_tests_build_packages"] == want["build"]
+    arch = facts["architecture"]
+    assert nccl["__nccl_mpi_home"] == want["mpi_home"].format(arch=arch)
+    assert platform["mpi_include"] == want["mpi_include"].format(arch=arch)
+    # read-<family>.yml reads the installed versions; the holds are nvidia_repo's entry points
+    assert platform["hold"] == want["hold"]
+    read = (ROLES / "nccl" / "tasks" / f"read-{platform['family']}.yml").read_text()
+    assert ("dpkg-query" if platform["family"] == "apt" else "'rpm', '-q'") in read
+    assert (ROLES / "nvidia_repo" / "tasks" / f"hold-{platform['hold']}.yml").exists()
+
+    base = render_role(
+        "base",
+        {**values, "base_packages": [], "base_held_package_prefixes": []},
+        ["__base_packages_list", "__base_chrony_conf", "__base_chrony_sources_dir",
+         "__base_chrony_service", "__base_package_facts_manager", "__base_hold",
+         "__base_held_prefixes"],
+    )  # fmt: skip
+    assert base["__base_packages_list"] == want["base"]
+    chrony = (base["__base_chrony_conf"], base["__base_chrony_sources_dir"])
+    assert (*chrony, base["__base_chrony_service"]) == want["chrony"]
+    assert base["__base_package_facts_manager"] == want["package_facts"]
+    assert base["__base_hold"] == want["hold"]
+    assert base["__base_held_prefixes"] == want["held_prefixes"]
+    assert (ROLES / "base" / "tasks" / f"hold-{base['__base_hold']}.yml").exists()
+    assert (ROLES / "base" / "tasks" / f"packages-{facts['os_family']}.yml").exists()
+
+    maintenance = render_role("slurm_maintenance", values, ["slurm_maintenance_hold"])
+    assert maintenance["slurm_maintenance_hold"] == want["hold"]
+    module, argument, lift, hold = want["maintenance"]
+    (task,) = yaml.safe_load(
+        (ROLES / "slurm_maintenance" / "tasks" / f"hold-{want['hold']}.yml").read_text()
+    )
+    env = environment()
+    for holding, expected in ((False, lift), (True, hold)):
+        rendered = env.from_string(task[module][argument]).render(
+            __slurm_maintenance_holding=holding
+        )
+        assert rendered == expected
+
+
 def test_an_installed_driver_of_another_branch_is_found_by_its_name():
     """Ubuntu's names carry the branch: a node on nvidia-driver-535 moving to 550 is an upgrade,
     not a first install; rpm's epoch is kept, its absent epoch dropped."""
@@ -354,7 +481,13 @@ PLAY = """\
         - ROLES/nvidia_repo/defaults/main.yml
         - ROLES/nvidia_repo/vars/main.yml
         - ROLES/nvidia_dcgm/defaults/main.yml
+        - ROLES/base/defaults/main.yml
         - ROLES/base/vars/main.yml
+        - ROLES/base/vars/{{ ansible_facts['os_family'] }}.yml
+        - ROLES/nccl/defaults/main.yml
+        - ROLES/nccl/vars/main.yml
+        - ROLES/slurm_maintenance/defaults/main.yml
+        - ROLES/slurm_maintenance/vars/main.yml
     # what the driver role passes to nvidia_repo and what the inventory chose (include_vars
     # outranks inventory variables; set_fact outranks include_vars)
     - name: Take the node's flavour and branch
@@ -373,7 +506,17 @@ PLAY = """\
                   target, __nvidia_driver_packages_list, fabricmanager=true),
               'repo_url': nvidia_repo_url, 'key_url': nvidia_repo_key_url,
               'stream': __nvidia_repo_platform.driver_stream,
-              'dcgm': nvidia_dcgm_packages, 'userns': __base_userns_sysctl} | to_json }}
+              'dcgm': nvidia_dcgm_packages, 'userns': __base_userns_sysctl,
+              'nccl': nccl_packages, 'nccl_install': nccl_packages
+                  | map('regex_replace', '$', __nccl_platform.version_separator
+                        ~ __nccl_package_version) | list,
+              'nccl_cuda': nccl_tests_cuda_packages, 'nccl_build': nccl_tests_build_packages,
+              'mpi_home': __nccl_mpi_home, 'nccl_hold': __nccl_platform.hold,
+              'base': __base_packages_list, 'chrony': [__base_chrony_conf,
+                  __base_chrony_sources_dir, __base_chrony_service],
+              'package_facts': __base_package_facts_manager, 'base_hold': __base_hold,
+              'held_prefixes': __base_held_prefixes,
+              'maintenance_hold': slurm_maintenance_hold} | to_json }}
 """
 
 
@@ -386,7 +529,7 @@ def test_real_ansible_renders_the_same_on_every_recorded_platform(tmp_path):
     play = PLAY.replace("ROLES", str(ROLES)).replace("OUT", str(out))
     (tmp_path / "play.yml").write_text(play)
     hosts = {}
-    for capture, (_, _, flavour, _, _, hold) in CASES.items():
+    for capture, (_, _, flavour, _, _, hold) in [*CASES.items(), ("debian-13", CASES["debian-12"])]:
         hosts[capture.removesuffix(".json")] = {
             "ansible_connection": "local",
             "ansible_python_interpreter": sys.executable,
@@ -415,3 +558,14 @@ def test_real_ansible_renders_the_same_on_every_recorded_platform(tmp_path):
         assert got["install"][0] == f"{packages[0]}{separator}{TARGET[hold]}"
         assert got["dcgm"] == ["datacenter-gpu-manager-4-cuda12"]
         assert bool(got["userns"]) == ("24.04" in capture)
+    for capture in PLATFORMS:  # Debian 13 too: the nccl, base and maintenance values
+        got = json.loads((out / f"{capture.removesuffix('.json')}.json").read_text())
+        want, arch = FAMILIES[family_of(capture)], recorded(capture)["architecture"]
+        assert got["nccl"] == want["nccl"] and got["nccl_install"] == want["install"]
+        assert got["nccl_cuda"] == want["cuda"] and got["nccl_build"] == want["build"]
+        assert got["mpi_home"] == want["mpi_home"].format(arch=arch)
+        assert got["base"] == want["base"] and tuple(got["chrony"]) == want["chrony"]
+        assert got["package_facts"] == want["package_facts"]
+        assert got["held_prefixes"] == want["held_prefixes"]
+        holds = {got["nccl_hold"], got["base_hold"], got["maintenance_hold"]}
+        assert holds == {want["hold"]}
