@@ -344,8 +344,8 @@ def test_nccl_base_and_maintenance_on_each_recorded_platform(capture):
     assert (ROLES / "base" / "tasks" / f"hold-{base['__base_hold']}.yml").exists()
     assert (ROLES / "base" / "tasks" / f"packages-{facts['os_family']}.yml").exists()
 
-    maintenance = render_role("slurm_maintenance", values, ["slurm_maintenance_hold"])
-    assert maintenance["slurm_maintenance_hold"] == want["hold"]
+    maintenance = render_role("slurm_maintenance", values, ["__slurm_maintenance_hold"])
+    assert maintenance["__slurm_maintenance_hold"] == want["hold"]
     module, argument, lift, hold = want["maintenance"]
     (task,) = yaml.safe_load(
         (ROLES / "slurm_maintenance" / "tasks" / f"hold-{want['hold']}.yml").read_text()
@@ -516,7 +516,7 @@ PLAY = """\
                   __base_chrony_sources_dir, __base_chrony_service],
               'package_facts': __base_package_facts_manager, 'base_hold': __base_hold,
               'held_prefixes': __base_held_prefixes,
-              'maintenance_hold': slurm_maintenance_hold} | to_json }}
+              'maintenance_hold': __slurm_maintenance_hold} | to_json }}
 """
 
 
