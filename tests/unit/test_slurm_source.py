@@ -219,6 +219,14 @@ def test_the_repository_says_how_its_debs_are_named(source, packages, package_se
     assert names["__slurm_node_packages"][package_set] == node_packages
 
 
+def test_a_pinned_key_fingerprint_is_forty_hex_digits(tmp_path):
+    pinned = "    key_fingerprint: 3BF863CC\n"  # a short key id is not a fingerprint
+    context(tmp_path, 'kiln_versions:\n  slurm: "24.11.5"\n' + REPOSITORY + pinned)
+    (error,) = load_cluster(tmp_path).errors
+    assert error.origin.display(tmp_path) == "group_vars/all.yml:8"
+    assert "key_fingerprint" in (error.key or "") + error.message
+
+
 def test_a_repository_names_its_packages_schedmd_or_debian_only(tmp_path):
     context(tmp_path, 'kiln_versions:\n  slurm: "24.11.5"\n' + REPOSITORY + "    packages: rpm\n")
     (error,) = load_cluster(tmp_path).errors

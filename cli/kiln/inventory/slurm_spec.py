@@ -20,6 +20,11 @@ class SlurmRepositorySpec(BaseModel):
 
     url: str = Field(pattern=_URL, description="its base URL")
     key_url: str = Field(pattern=_URL, description="URL of its signing key (ASCII armoured)")
+    key_fingerprint: str | None = Field(
+        None,
+        pattern=r"^[0-9A-Fa-f]{40}$",
+        description="the key's fingerprint (40 hex digits): a key with another is refused",
+    )
     suite: str = Field("./", pattern=r"^[A-Za-z0-9._/-]+$", description="apt suite ('./': flat)")
     components: list[str] = Field(default_factory=list, description="apt components, if any")
     packages: Literal["schedmd", "debian"] = Field(
