@@ -125,6 +125,7 @@ apt-get install -y -qq --download-only {" ".join(PREFETCH_PACKAGES)} >/dev/null
 rm -rf /tmp/* /var/tmp/*
 """
 
+
 # (`docker commit --change` refuses STOPSIGNAL on Docker 20.10: `docker run` sets it instead.)
 IMAGE_CHANGES = (
     'CMD ["/lib/systemd/systemd"]',

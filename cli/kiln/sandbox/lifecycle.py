@@ -100,9 +100,7 @@ def up(
     for node in wanted:
         progress(f"proving ssh with host key checking to {node.name}")
         ssh.prove(node, paths.private_key, paths.known_hosts)
-    return UpResult(
-        paths.inventory_dir, release, img, results, removed, time.monotonic() - start
-    )
+    return UpResult(paths.inventory_dir, release, img, results, removed, time.monotonic() - start)
 
 
 def down() -> DownResult:
