@@ -31,6 +31,7 @@ from kiln.gpu.platform import (
     platform_mismatch,
     role_platform,
     rpm_installed,
+    stack_query,
     userns_sysctl,
 )
 from kiln.gpu.rails import NEAR_PATHS, rail_check, topology_from_packed
@@ -155,6 +156,8 @@ FILTERS = {
     "kiln_platform_mismatch": lambda facts, os_id, arch: (
         platform_mismatch(facts, str(os_id), str(arch)) or ""
     ),
+    # preflight: what to ask the package manager, and the versions among its answer
+    "kiln_stack_query": stack_query,
     "kiln_stack_versions": stack_versions,
     "kiln_installed_stack_problems": lambda found: installed_stack_problems(
         found.get("driver"), found.get("cuda"), found.get("nccl")

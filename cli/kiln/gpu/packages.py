@@ -8,8 +8,9 @@ exactly the driver's version, so their version is read from the installed driver
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
+from kiln.gpu.platform import installed_driver
 from kiln.profiles import load_compat, parse_version
 
 DriverAction = Literal["install", "upgrade", "none"]
@@ -105,17 +106,23 @@ def nccl_tests_cuda_packages(cuda: str, cudart_dev: str = "cuda-cudart-dev") -> 
     return [f"cuda-nvcc-{suffix}", *crt, f"{cudart_dev}-{suffix}"]
 
 
-def stack_versions(installed: dict[str, str]) -> dict[str, str | None]:
-    """The driver, CUDA toolkit and NCCL versions among a node's installed packages."""
+def stack_versions(
+    installed: dict[str, str], query: dict[str, Any] | None = None
+) -> dict[str, str | None]:
+    """The driver, CUDA toolkit and NCCL versions among a node's installed packages. `query`
+    is the node's kiln.gpu.platform.stack_query: its driver package of any branch (Ubuntu's
+    nvidia-driver-550, RHEL's nvidia-driver at 3:550.127.08-1.el9) and NCCL's library (libnccl2,
+    libnccl); without it, Debian's names (nvidia-driver, libnccl2)."""
     toolkits = sorted(
         (f"{m[1]}.{m[2]}" for name in installed if (m := _TOOLKIT.match(name))),
         key=parse_version,
     )
-    return {
-        "driver": installed.get("nvidia-driver"),
-        "cuda": toolkits[-1] if toolkits else None,
-        "nccl": installed.get("libnccl2"),
-    }
+    if query and query.get("driver_mains"):
+        driver = installed_driver(installed, query)
+        nccl = installed.get(query["nccl"]) if query.get("nccl") else None
+    else:
+        driver, nccl = installed.get("nvidia-driver"), installed.get("libnccl2")
+    return {"driver": driver, "cuda": toolkits[-1] if toolkits else None, "nccl": nccl}
 
 
 def installed_stack_problems(

@@ -8,6 +8,7 @@ branches in tasks. Preflight compares the same facts with the inventory's kiln_o
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from typing import Any
 
@@ -105,6 +106,41 @@ def userns_sysctl(facts: dict[str, Any]) -> str:
     os_id, _ = facts_platform(facts)
     platform = load_platforms().get(os_id) if os_id else None
     return (platform.userns_sysctl or "") if platform else ""
+
+
+# The package manager of an OS family kiln has no entry for, by Ansible's os_family: preflight
+# still reads the installed stack there with the family's names (an older Debian or EL release).
+_FAMILY_OF_OS_FAMILY = {"Debian": "apt", "RedHat": "dnf"}
+# The CUDA toolkit's packages (cuda-toolkit-12-4), as a dpkg-query / rpm -qa pattern.
+TOOLKIT_PATTERN = "cuda-toolkit-[0-9]*"
+
+
+def stack_query(facts: dict[str, Any]) -> dict[str, Any]:
+    """What preflight asks the package manager for the installed driver, CUDA toolkit and NCCL
+    (filter kiln_stack_query): the family (apt: dpkg-query, dnf: rpm -qa; "" where the OS is of
+    neither), the patterns (the driver's main package of either flavour with any branch, NCCL's
+    library, cuda-toolkit-X-Y) and the names kiln_stack_versions reads back. Never raises: it
+    runs before preflight says a node runs an OS kiln lacks."""
+    table = load_platforms()
+    os_id, _ = facts_platform(facts)
+    platform = table.get(os_id) if os_id else None
+    if platform is None:
+        family_name = _FAMILY_OF_OS_FAMILY.get(str(_fact(facts, "os_family") or ""), "")
+        platform = next((p for p in table.platforms.values() if p.family == family_name), None)
+    if platform is None:
+        return {"family": "", "patterns": [], "driver_mains": [], "nccl": None}
+    family = table.families[platform.family]
+    mains = [platform.driver.proprietary[0], platform.driver.open[0]]
+    patterns: list[str] = []
+    for main in (m.replace("{branch}", "*") for m in mains):
+        if not any(fnmatch.fnmatchcase(main, p) for p in patterns):
+            patterns.append(main)  # nvidia-driver-*-open is nvidia-driver-*'s already
+    return {
+        "family": platform.family,
+        "patterns": [*patterns, family.nccl_packages[0], TOOLKIT_PATTERN],
+        "driver_mains": mains,
+        "nccl": family.nccl_packages[0],
+    }
 
 
 def installed_driver(installed: dict[str, str], platform: dict[str, Any]) -> str | None:
