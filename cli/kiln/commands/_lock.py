@@ -1,15 +1,10 @@
-"""The cluster's lock for a command that changes the cluster: one way to hold it, for all of them.
+"""The cluster's lock for a command that changes the cluster, its notes on stderr.
 
     with cluster_lock(cluster, "drain", read=False) as shared:   # exit 3 naming the holder
         ...                                                       # if another run holds it
 
-provision, burnin, slurm rotate-munge-key, drain, resume and `unlock --force` all take the same
-lock: kiln.state.SharedState (the local lock, then the controller's, per kiln_state.backend).
-A run that loses it (its holder shell on the controller killed, the lock file removed, the
-connection gone) stops before its next stage or shard (kiln.runner.hold); when the command's
-body ends, the lock is asked once more (a lost lock stays lost, so this finds any loss during
-the body) and a loss turns the command's exit into 3, saying what happened, whatever the body
-returned or raised.
+The holding itself (every command the same lock, a loss found and turned into exit 3) is
+kiln.state.hold; kiln provision holds it inside its use case (kiln.provision).
 """
 
 from __future__ import annotations
@@ -19,24 +14,15 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from kiln.console import err, safe
-from kiln.errors import EnvironmentProblem
 
 if TYPE_CHECKING:  # kiln.state loads the inventory model and SSH: not on the path of --help
     from kiln.inventory import Cluster
     from kiln.state import SharedState
 
 
-def _lost(shared: SharedState, command: str) -> EnvironmentProblem:
-    why = "the lock was lost"
-    try:
-        shared.check()  # raises once lost, without asking the controller again
-    except EnvironmentProblem as error:
-        why = error.message
-    return EnvironmentProblem(
-        f"kiln {command} lost the cluster's lock and stopped: {why}",
-        hint="nothing more was started once the loss was seen; another run may hold the lock "
-        "now (kiln unlock shows it). Re-run when it is free; the run record says what ran.",
-    )
+def say(line: str) -> None:
+    """A note of the lock (which backend, and why) for the operator, on stderr."""
+    err.print(safe(line))
 
 
 @contextmanager
@@ -44,19 +30,7 @@ def cluster_lock(
     cluster: Cluster, command: str, *, run_id: str | None = None, read: bool = True
 ) -> Iterator[SharedState]:
     """Hold the cluster's lock for `kiln <command>`; its notes go to stderr."""
-    from kiln.state import SharedState
+    from kiln.state.hold import hold_cluster
 
-    with SharedState(cluster, run_id=run_id, command=command, read=read) as shared:
-        for note in shared.notes:
-            err.print(safe(note))
-        shown = len(shared.notes)
-        try:
-            yield shared
-        except Exception as error:
-            if shared.lost:
-                raise _lost(shared, command) from error
-            raise
-        for note in shared.notes[shown:]:
-            err.print(safe(note))
-        if not shared.still_held():  # asked once more: a loss is for good, so any during the body
-            raise _lost(shared, command)
+    with hold_cluster(cluster, command, note=say, run_id=run_id, read=read) as shared:
+        yield shared

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from kiln.commands._output import output_dir, writing
 from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
-from kiln.console import err, folded, out, print_json
+from kiln.console import err, folded, out, print_json, safe
 from kiln.errors import ExitCode, InvalidInputError
 from kiln.inventory import require_valid
 from kiln.inventory.batches import BATCH_SIZE
 from kiln.plan import Plan, PlanOptions, make_plan, write_files
 from kiln.render.hostlist import compress
+
+if TYPE_CHECKING:  # kiln.provision reaches SSH and the runner: only on the path of --live
+    from kiln.provision import Probed
 
 
 def _shorten(hostlist: str, width: int = 60) -> str:
@@ -53,6 +56,30 @@ def render(plan: Plan, output: Path | None, changed_files: list[str]) -> None:
     out.print(folded(files))
     if output is not None:
         err.print(f"wrote {len(plan.files)} files to {output}")
+
+
+def render_assessment(probed: Probed, *, detail: bool) -> None:
+    """The drift probe's counts on stderr; with `detail`, one row per node-stage that runs (and
+    why) on stdout. Shown by `kiln plan --live` and before a drift-aware `kiln provision`."""
+    assessment = probed.assessment
+    counts = assessment.counts()
+    total = sum(counts.values())
+    parts = ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items()))
+    err.print(
+        f"drift probe: {len(probed.plan.targets)} node(s) in {probed.seconds:.1f}s; "
+        f"{total} node-stage(s): {parts or 'none'}",
+        highlight=False,
+    )
+    rows = assessment.to_run()
+    if not detail:
+        return
+    if not rows:
+        out.print("No drift: every node-stage is as recorded; nothing would run.")
+        return
+    table = Table("node", "stage", "why it runs", title="Drift (kiln.drift)", title_justify="left")
+    for decision in rows:
+        table.add_row(safe(decision.node), decision.stage, safe(decision.describe()))
+    out.print(table)
 
 
 def plan(
@@ -113,10 +140,10 @@ def plan(
     result = make_plan(cluster, PlanOptions(batch_size=batch_size))
     probed = None
     if live:  # kiln.drift: the plan narrowed to the node-stages that would run
-        from kiln.commands import _drift
+        from kiln.provision import probe_plan
 
-        probed = _drift.probe_plan(cluster, result)
-        _drift.render_assessment(probed, detail=not json)
+        probed = probe_plan(cluster, result)
+        render_assessment(probed, detail=not json)
         result = probed.plan
     changed: list[str] = []
     if output is not None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -19,6 +18,8 @@ from kiln.runner.result import RunResult
 
 if TYPE_CHECKING:  # kiln.inventory loads pydantic: not on the path of `kiln --help`
     from kiln.inventory import Cluster
+    from kiln.plan import Plan
+    from kiln.provision import Probed, ProvisionOutcome
 
 STATUS_STYLE = {
     "ok": "green",
@@ -121,18 +122,18 @@ def provision(
 
         kiln provision inventories/sandbox --yes
     """
-    from kiln.commands import _drift
-    from kiln.commands._lock import cluster_lock
+    from kiln.commands._lock import say
+    from kiln.commands.plan import render_assessment
     from kiln.inventory import require_valid
     from kiln.inventory.batches import normalize_batch_size
-    from kiln.plan import PlanOptions, make_plan
+    from kiln.plan import PlanOptions
     from kiln.plan.stages import select_stages
-    from kiln.records.runs import ensure_writable, new_run_id, state_dir
-    from kiln.runner.execute import execute
+    from kiln.provision import ProvisionOptions
+    from kiln.provision import provision as run_provision
 
     cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     selected = select_stages(stages)
-    options = PlanOptions(
+    plan_options = PlanOptions(
         stages=tuple(selected) if stages else None,  # None: the inventory's stages
         limit=limit,
         check=check,
@@ -140,27 +141,32 @@ def provision(
         batch_size=normalize_batch_size(batch_size) if batch_size else None,
         new_nodes=new_nodes,
     )
-    plan = make_plan(cluster, options)
-    _confirm(cluster, [planned.stage for planned in plan.stages], yes, check)
-    ensure_writable(state_dir())  # exit 3 naming it, before any lock is taken
-    run_id = new_run_id()
+
+    class Events:
+        def confirm(self, plan: Plan) -> None:
+            _confirm(cluster, [planned.stage for planned in plan.stages], yes, check)
+
+        def note(self, line: str) -> None:
+            say(line)
+
+        def probed(self, probed: Probed) -> None:
+            render_assessment(probed, detail=check)
+
+        def running(self) -> StageDisplay:
+            return StageDisplay()
+
+        def finished(self, outcome: ProvisionOutcome) -> None:
+            for host, why in sorted(outcome.unrecorded.items()):
+                err.print(
+                    f"drift record not written on {safe(host)} ({safe(why)}): it runs again "
+                    "next time"
+                )
+            if json_:
+                print_json("provision", outcome.result.to_dict())
+            else:
+                render_summary(outcome.result)
+
     # exit 3 naming the holder if locked; a lock lost on the way stops the run before its next
     # stage or shard, and the command exits 3 saying so (after the summary)
-    with cluster_lock(cluster, "provision", run_id=run_id) as shared:
-        if new_nodes:  # the joined nodes, read under the lock
-            plan = make_plan(cluster, replace(options, joined=shared.joined()))
-        full_plan, probed = plan, None
-        if not (full or new_nodes):  # drift-aware: only the node-stages that need it run
-            probed = _drift.probe_plan(cluster, plan)
-            _drift.render_assessment(probed, detail=check)
-            plan = probed.plan
-        with StageDisplay() as display:
-            result = execute(plan, listener=display, lock=shared, run_id=run_id)
-        if shared.still_held():  # without the lock, nothing more is written on the cluster
-            _drift.record(cluster, result, probed, full_plan)
-            shared.push_run(result.to_dict())
-        if json_:
-            print_json("provision", result.to_dict())
-        else:
-            render_summary(result)
-    return result.exit_code
+    outcome = run_provision(cluster, ProvisionOptions(plan_options, full=full), events=Events())
+    return outcome.exit_code
