@@ -20,11 +20,13 @@ from typing import Any
 from kiln.fleet import ExecResult, NodeResult, Status, run_command
 from kiln.inventory import Cluster, Node
 from kiln.profiles.slurm import DEFAULT_PLATFORM, expected_version
+from kiln.records.status import BAD, GOOD, HostStatus
 
 Runner = Callable[..., ExecResult]  # kiln.fleet.run_command's signature
 NODE_SCRIPT = Path(__file__).resolve().with_name("node.py")
 PROBE_TIMEOUT = 60.0
-BAD = ("failed", "unreachable", "aborted")  # a stage's record is removed from such a host
+# A stage's record is removed from such a host (a not_run host was not touched: its record stays).
+UNDONE = BAD | {HostStatus.ABORTED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +129,7 @@ def payloads(
             status = outcome.get("status")
             wanted = desired.get(name, {}).get(host)
             payload = out.setdefault(host, {"records": {}, "remove": []})
-            if status in ("ok", "changed") and wanted is not None:
+            if status in GOOD and wanted is not None:
                 names = managed.get(name, {}).get(host) or {}
                 payload["records"][name] = {
                     "fingerprint": wanted,
@@ -137,7 +139,7 @@ def payloads(
                     "services": list(names.get("services", [])),
                     "versions": dict(versions(host).get(name, {})),
                 }
-            elif status in BAD:
+            elif status in UNDONE:
                 payload["remove"].append(name)
     return {host: p for host, p in out.items() if p["records"] or p["remove"]}
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.errors import EnvironmentProblem, InvalidInputError
+from kiln.records.status import GOOD
 
 SUMMARY_SCHEMA_VERSION = 1
 
@@ -216,9 +217,6 @@ def retry_hosts(inventory: Path, state: Path | None = None) -> list[str]:
         )
     hosts = record.hosts_file("failed_hosts") + record.hosts_file("unreachable_hosts")
     return list(dict.fromkeys(hosts))
-
-
-GOOD = ("ok", "changed")
 
 
 def provisioned_hosts(inventory: Path, state: Path | None = None) -> set[str]:

@@ -13,17 +13,21 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
+from kiln.records.status import BAD, GOOD, HostStatus, worse
 from kiln.runner.manifest import Managed, managed_action
 
+# A task's result on a host, by its event: ok, failed or unreachable (HostStatus), or skipped.
+SKIPPED = "skipped"
 HOST_EVENTS = {
-    "runner_on_ok": "ok",
-    "runner_on_failed": "failed",
-    "runner_on_unreachable": "unreachable",
-    "runner_on_skipped": "skipped",
-    "runner_on_async_ok": "ok",
-    "runner_on_async_failed": "failed",
+    "runner_on_ok": HostStatus.OK,
+    "runner_on_failed": HostStatus.FAILED,
+    "runner_on_unreachable": HostStatus.UNREACHABLE,
+    "runner_on_skipped": SKIPPED,
+    "runner_on_async_ok": HostStatus.OK,
+    "runner_on_async_failed": HostStatus.FAILED,
 }
-# Stats keys from the awx_display callback (playbook_on_stats) -> HostResult counters.
+# Stats keys from the awx_display callback (playbook_on_stats) -> HostResult counters: Ansible's
+# recap counters (some named like a HostStatus, counts all the same).
 STATS_KEYS = {
     "ok": "ok",
     "changed": "changed",
@@ -34,7 +38,8 @@ STATS_KEYS = {
     "ignored": "ignored",
 }
 MSG_LIMIT = 2000
-LIVE_RANK = {"ok": 0, "changed": 1, "unreachable": 2, "failed": 3}
+# What a progress display counts each host under: the worst it has reached so far.
+LIVE = (HostStatus.OK, HostStatus.CHANGED, HostStatus.FAILED, HostStatus.UNREACHABLE)
 
 
 @dataclass(slots=True)
@@ -42,7 +47,7 @@ class HostResult:
     """One host in one stage. `status` is the verdict; the counters come from the recap."""
 
     host: str
-    status: str = "not_run"  # ok | changed | failed | unreachable | aborted | not_run
+    status: str = HostStatus.NOT_RUN  # a HostStatus
     ok: int = 0
     changed: int = 0
     failed: int = 0
@@ -65,9 +70,7 @@ class StageProgress:
     stage: str
     task: str | None = None
     batch: int = 0
-    counts: dict[str, int] = field(
-        default_factory=lambda: {"ok": 0, "changed": 0, "failed": 0, "unreachable": 0}
-    )
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LIVE, 0))
     last_host: str | None = None
     last_status: str | None = None
     last_message: str | None = None
@@ -284,13 +287,13 @@ class EventRecorder:
             return None
         status = HOST_EVENTS[kind]
         res = data.get("res") if isinstance(data.get("res"), dict) else {}
-        ignored = bool(data.get("ignore_errors")) and status == "failed"
+        ignored = bool(data.get("ignore_errors")) and status == HostStatus.FAILED
         result = self._host(host)
         changed = bool(res.get("changed"))
         record: dict[str, Any] = {"host": host, "task": data.get("task")}
         if changed:
             record["changed"] = True
-        if status in ("failed", "unreachable") and not ignored:
+        if status in BAD and not ignored:
             result.failed_task = data.get("task")
             result.message = failure_message(res)
             if self.redact is not None and result.message:
@@ -300,20 +303,20 @@ class EventRecorder:
         else:
             if ignored:
                 record["ignored"] = True
-            elif status == "ok" and managed_action(
+            elif status == HostStatus.OK and managed_action(
                 action := data.get("resolved_action") or data.get("task_action")
             ):
                 self.managed.setdefault(host, Managed()).add(action, res)
-            live = "changed" if changed else "ok"
+            live = HostStatus.CHANGED if changed else HostStatus.OK
         self._count(host, live)
         self.state.last_host, self.state.last_status = host, status
-        self.state.last_message = result.message if status in ("failed", "unreachable") else None
+        self.state.last_message = result.message if status in BAD else None
         return record
 
     def _count(self, host: str, status: str) -> None:
         """Count each host once, under the worst status it has reached so far."""
         previous = self.live.get(host)
-        if previous is not None and LIVE_RANK[previous] >= LIVE_RANK[status]:
+        if previous is not None and not worse(status, previous):
             return
         if previous is not None:
             self.state.counts[previous] -= 1
@@ -337,18 +340,18 @@ class EventRecorder:
             result.status = _verdict(result, in_recap=any(name in c for c in stats.values()))
             if self.stats is None and name in self.hosts:
                 # No recap: judge from the events alone.
-                result.status = "failed" if result.failed_task else "aborted"
-            if stopped and result.status in ("ok", "changed") and result.batch == self.batches:
-                result.status = "aborted"
+                result.status = HostStatus.FAILED if result.failed_task else HostStatus.ABORTED
+            if stopped and result.status in GOOD and result.batch == self.batches:
+                result.status = HostStatus.ABORTED
             results[name] = result
         return results
 
 
-def _verdict(result: HostResult, *, in_recap: bool) -> str:
+def _verdict(result: HostResult, *, in_recap: bool) -> HostStatus:
     if result.unreachable:
-        return "unreachable"
+        return HostStatus.UNREACHABLE
     if result.failed:
-        return "failed"
+        return HostStatus.FAILED
     if not in_recap:
-        return "not_run"
-    return "changed" if result.changed else "ok"
+        return HostStatus.NOT_RUN
+    return HostStatus.CHANGED if result.changed else HostStatus.OK

@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from kiln.plan.stages import Stage
+from kiln.records.status import BAD, UNFINISHED, HostStatus
 from kiln.runner.engine import PlaybookResult
-
-BAD = ("failed", "unreachable")
-UNFINISHED = ("not_run", "aborted")
+from kiln.runner.events import HostResult
 
 
 def bad_hosts(entry: dict[str, Any]) -> int:
@@ -110,20 +109,8 @@ class StageMerge:
 
 
 def _not_run(host: str) -> dict[str, Any]:
-    return {
-        "host": host,
-        "status": "not_run",
-        "ok": 0,
-        "changed": 0,
-        "failed": 0,
-        "unreachable": 0,
-        "skipped": 0,
-        "rescued": 0,
-        "ignored": 0,
-        "batch": None,
-        "failed_task": None,
-        "message": None,
-    }
+    """A host of a shard that never started: not_run, every counter 0."""
+    return HostResult(host).to_dict()
 
 
 def _shard_view(entry: dict[str, Any]) -> dict[str, Any]:
@@ -206,7 +193,9 @@ def stage_entry(stage: Stage, result: PlaybookResult, hosts: list[str], expected
 def crashed_stage(stage: Stage, hosts: list[str], reason: str) -> dict[str, Any]:
     """The stage in flight when kiln itself failed: every host of it failed, with the reason,
     so the summary says failed and `--retry-failed` runs them again."""
-    failed = {host: {**_not_run(host), "status": "failed", "message": reason} for host in hosts}
+    failed = {
+        host: HostResult(host, status=HostStatus.FAILED, message=reason).to_dict() for host in hosts
+    }
     return {**skipped_stage(stage, reason), "status": "error", "hosts": failed}
 
 

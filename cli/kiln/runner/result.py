@@ -11,8 +11,7 @@ from typing import Any
 
 from kiln.errors import ExitCode
 from kiln.records.runs import SUMMARY_SCHEMA_VERSION
-
-STATUS_RANK = {"ok": 0, "changed": 1, "not_run": 2, "aborted": 3, "unreachable": 4, "failed": 5}
+from kiln.records.status import UNFINISHED, HostStatus, worst
 
 
 @dataclass(slots=True)
@@ -56,13 +55,10 @@ class RunResult:
         for entry in self.stages:
             for name, result in entry["hosts"].items():
                 self.hosts.setdefault(name, {})[entry["name"]] = result["status"]
-        worst = {
-            name: max(statuses.values(), key=STATUS_RANK.__getitem__)
-            for name, statuses in self.hosts.items()
-        }
-        self.failed_hosts = [h for h, s in worst.items() if s == "failed"]
-        self.unreachable_hosts = [h for h, s in worst.items() if s == "unreachable"]
-        self.incomplete_hosts = [h for h, s in worst.items() if s in ("aborted", "not_run")]
+        verdicts = {name: worst(statuses.values()) for name, statuses in self.hosts.items()}
+        self.failed_hosts = [h for h, s in verdicts.items() if s == HostStatus.FAILED]
+        self.unreachable_hosts = [h for h, s in verdicts.items() if s == HostStatus.UNREACHABLE]
+        self.incomplete_hosts = [h for h, s in verdicts.items() if s in UNFINISHED]
         self.changed = sum(entry.get("changed", 0) for entry in self.stages)
         self.stopped_by_failure_threshold = any(
             e["stopped_by_failure_threshold"] for e in self.stages

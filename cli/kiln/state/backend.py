@@ -29,7 +29,8 @@ from kiln.errors import EnvironmentProblem
 from kiln.fleet import settings_for
 from kiln.inventory import Cluster
 from kiln.records.lock import InventoryLock, LockInfo, LockLost, lend, read_lock, unlend
-from kiln.records.runs import GOOD, provisioned_hosts, read_summary, state_dir
+from kiln.records.runs import provisioned_hosts, read_summary, state_dir
+from kiln.records.status import GOOD
 from kiln.state import cluster as doc
 from kiln.state.controller import (
     ControllerLock,

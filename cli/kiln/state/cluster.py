@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from kiln.records.status import GOOD, worst
+
 SCHEMA = 1
-GOOD = ("ok", "changed")
-RANK = {"ok": 0, "changed": 1, "not_run": 2, "aborted": 3, "unreachable": 4, "failed": 5}
 
 
 def joined_nodes(state: dict[str, Any]) -> set[str]:
@@ -63,10 +63,9 @@ def run_patch(
     for host, statuses in (summary.get("hosts") or {}).items():
         if not statuses:
             continue
-        worst = max(statuses.values(), key=lambda s: RANK.get(s, len(RANK)))
         entry: dict[str, Any] = {
             "last_run": summary.get("run_id"),
-            "last_result": worst,
+            "last_result": worst(statuses.values()),
             "last_run_at": finished,
             "stages": dict(statuses),
         }
