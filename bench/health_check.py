@@ -2,9 +2,10 @@
 
 What runs is what a node runs: `python3 -m kiln.health.node --report` from a copy of ONLY the
 files the health role ships (kiln.health.expect.NODE_FILES), with the node's python3, against
-stand-in tools on PATH that replay recorded real outputs (tests/fixtures/real: nvidia-smi on an
-H100, NVLink status, ibstat, perfquery, kernel Xid lines; systemctl and timedatectl answer
-`active` and `yes`), as tests/unit/test_health_node.py sets them up. An H100 SXM node with two
+stand-in tools on PATH that replay recorded real outputs (tests/fixtures/real and the project's
+shared ../shared/fixtures/real, see tests/captures.py: nvidia-smi on an H100, NVLink status,
+ibstat, perfquery, kernel Xid lines; systemctl and timedatectl answer `active` and `yes`), as
+tests/unit/test_health_node.py sets them up. An H100 SXM node with two
 InfiniBand rails: every probe kiln has runs (GPU, NVLink, fabric manager, Xid, IB ports and
 counters, mounts, time, slurmd, munge, disks).
 
@@ -37,14 +38,16 @@ from kiln.health.expect import NODE_FILES, expectations
 ROOT = Path(__file__).resolve().parents[1]
 KILN = ROOT / "cli" / "kiln"
 REAL = ROOT / "tests" / "fixtures" / "real"
+# the project's common recordings, beside the checkout (tests/captures.py)
+SHARED_REAL = ROOT.parent / "shared" / "fixtures" / "real"
 NODE_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 GOAL_S = 1.0
 
 # tool -> the recorded output it replays (nvidia-smi picks by its first argument).
 OUTPUTS = {
-    "nvidia-smi": REAL / "nvidia-smi-query-gpu-csv" / "h100_80gb_hbm3_allfields_idle.csv",
+    "nvidia-smi": SHARED_REAL / "nvidia-smi-query-gpu-csv" / "h100_80gb_hbm3_allfields_idle.csv",
     "nvidia-smi nvlink": REAL / "nvidia-smi-nvlink" / "v100_sxm2_7gpu_inactive_links_azhpc.txt",
-    "ibstat": REAL / "ibstat" / "h100_cx7_some_eth_ports_down.txt",
+    "ibstat": SHARED_REAL / "ibstat" / "h100_cx7_some_eth_ports_down.txt",
     "perfquery": REAL / "perfquery" / "edr_hca_o0001_port1_extended.txt",
     "journalctl": REAL / "kernel-xid" / "gpud_dmesg_ctime_xid_13_109_user_app.txt",
 }
@@ -106,6 +109,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=20, help="runs of each (default 20)")
     args = parser.parse_args()
+    missing = [str(path) for path in OUTPUTS.values() if not path.is_file()]
+    if missing:
+        sys.exit(f"recorded outputs not found (../shared beside the checkout?): {missing}")
     with tempfile.TemporaryDirectory(prefix="kiln-bench-health-") as name:
         tmp = Path(name)
         argv, env, log = node_setup(tmp)

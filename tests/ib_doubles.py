@@ -7,12 +7,14 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from captures import shared_capture
 from kiln.fabric.links import sysfs_dump_command
 
 FIXTURES = Path(__file__).parent / "fixtures"
-REAL = FIXTURES / "real" / "ib_write_bw"
-HDR_195 = REAL / "loopback_all_sizes_MBps_server_client_interleaved_superbench.txt"
-ROCE_98 = REAL / "roce_100g_server_report_gbits_duration5_hpe_shs_docs.txt"
+HDR_195 = shared_capture(
+    "ib_write_bw/loopback_all_sizes_MBps_server_client_interleaved_superbench.txt"
+)
+ROCE_98 = shared_capture("ib_write_bw/roce_100g_server_report_gbits_duration5_hpe_shs_docs.txt")
 GEMM = FIXTURES / "burnin" / "gpu8" / "run" / "gemm" / "gpu001.json"  # a healthy H100 node
 
 NODES = ["gpu001", "gpu002", "gpu003", "gpu004"]

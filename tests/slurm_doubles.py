@@ -19,9 +19,12 @@ import os
 import sys
 from pathlib import Path
 
+from captures import shared_capture
+
 ROOT = Path(__file__).resolve().parents[1]
-RECORDED = ROOT / "tests/fixtures/real/slurm-sinfo-scontrol"
-SCONTROL_SHOW = RECORDED / "scontrol_show_node_gpu_gres_drain_huji_slurm1711.txt"
+SCONTROL_SHOW = shared_capture(
+    "slurm-sinfo-scontrol/scontrol_show_node_gpu_gres_drain_huji_slurm1711.txt"
+)
 # Slurm's own words (src/scontrol, src/common/slurm_errno.c)
 UNREACHABLE = "slurm_load_node error: Unable to contact slurm controller (connect failure)"
 TIMED_OUT = "slurm_load_node error: Socket timed out on send/recv operation"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.inventory import require_valid
 from kiln.judging import Action, Severity, judge
 from kiln.judging.results import allreduce_from_doc, allreduce_from_nccl
@@ -33,6 +34,9 @@ from kiln.report import render
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 REAL = FIXTURES / "real" / "nccl-tests-all_reduce_perf"
 DERIVED = FIXTURES / "derived" / "nccl-tests-all_reduce_perf"
+SUPERBENCH = shared_capture(
+    "nccl-tests-all_reduce_perf/a100_sxm4_40gb_8gpu_single_node_superbench.txt"
+)
 DOCS = Path(__file__).parents[2] / "docs" / "burnin.md"
 NDR8 = [f"mlx5_{i}" for i in range(8)]
 GIB = 1 << 30
@@ -75,8 +79,9 @@ def ring(hosts, busbw, *, size=8 * GIB, gpus=8, **extra):
     return allreduce_from_doc("fabric-ring", doc)
 
 
-def real(name: str, job: str = "fabric-ring"):
-    """A recorded nccl-tests run; `srun --label` prefixes (" 0: ") taken off first."""
+def real(name: str | Path, job: str = "fabric-ring"):
+    """A recorded nccl-tests run (a name in REAL, or a shared capture's path); `srun --label`
+    prefixes (" 0: ") taken off first."""
     text = (REAL / name).read_text()
     return allreduce_from_nccl(job, parse_text(re.sub(r"(?m)^ *\d+: ?", "", text)))
 
@@ -191,7 +196,7 @@ def test_a_real_single_h100_node_meets_its_intra_node_floor(tmp_path):
 
 
 def test_a_real_single_a100_40gb_node_meets_its_intra_node_floor(tmp_path):
-    result = real("a100_sxm4_40gb_8gpu_single_node_superbench.txt", job="node-localhost")
+    result = real(SUPERBENCH, job="node-localhost")
     report = judge(cluster(tmp_path, ("localhost",), model="a100-sxm-40g"), {}, [result])
     [node] = by_check(report, "allreduce_node")
     assert node.passed and (node.measured, node.threshold) == (235.26, 185)

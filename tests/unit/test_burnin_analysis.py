@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.burnin import judge_run
 from kiln.inventory import require_valid
 from kiln.inventory.schema import BurninSpec
@@ -143,8 +144,9 @@ def test_load_run_keeps_the_manifest_order():
 
 
 def test_nccl_tests_output_becomes_an_allreduce_result():
-    path = FIXTURES / "real" / "nccl-tests-all_reduce_perf"
-    text = (path / "a100_sxm4_40gb_8gpu_single_node_superbench.txt").read_text()
+    text = shared_capture(
+        "nccl-tests-all_reduce_perf/a100_sxm4_40gb_8gpu_single_node_superbench.txt"
+    ).read_text()
     result = allreduce_from_nccl("nccl-node", parse_text(text))
     assert result.implementation == "nccl-tests" and result.scope == "node" and result.correct
     assert result.wrong == 0  # validation was off (-c 0): N/A columns count as 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from captures import shared_capture
 from kiln.burnin import collect
 from kiln.burnin import dcgm as D
 from kiln.burnin.campaign import BurninOutcome
@@ -20,7 +21,7 @@ SANDBOX = ROOT / "inventories" / "sandbox"
 REAL = ROOT / "tests" / "fixtures" / "real" / "dcgmi-diag"
 SKIPPED = (REAL / "rtxpro6000_blackwell_x2_r3_hardware_all_skip_dcgm339.txt").read_text()
 HEALTHY = (REAL / "v100_pcie_r3_verbose_pass_eud_skip_dcgm339.txt").read_text()
-FAILED = (REAL / "h100x8_r3_fail_cuinit_no_fabricmanager_dcgm338.txt").read_text()
+FAILED = shared_capture("dcgmi-diag/h100x8_r3_fail_cuinit_no_fabricmanager_dcgm338.txt").read_text()
 
 
 def _outcome(tmp_path, inventory, suite="soak", tested=()):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.burnin.collect import store
 from kiln.burnin.nccl_tests import complete, complete_text
 from kiln.burnin.workloads import workload_path
@@ -23,7 +24,9 @@ from kiln.records.burnin import RunLayout
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 REAL = FIXTURES / "real" / "nccl-tests-all_reduce_perf"
-SUPERBENCH = REAL / "a100_sxm4_40gb_8gpu_single_node_superbench.txt"
+SUPERBENCH = shared_capture(
+    "nccl-tests-all_reduce_perf/a100_sxm4_40gb_8gpu_single_node_superbench.txt"
+)
 H100_2NODE = REAL / "h100_80gb_hbm3_2node_16gpu_gcp_a3mega.txt"
 OCI_2NODE = REAL / "a100_sxm4_40gb_2node_16gpu_oci_roce.txt"
 WRONG = FIXTURES / "derived" / "nccl-tests-all_reduce_perf" / "h100_2node_16gpu_wrong_values.txt"

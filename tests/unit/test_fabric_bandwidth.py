@@ -6,12 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.fabric.bandwidth import RailMeasurement, floor_gbps, judge_rail
 from kiln.parsers.ib_write_bw import parse_ib_write_bw
 
-REAL = Path(__file__).parent.parent / "fixtures/real/ib_write_bw"
-HDR_LOOPBACK = REAL / "loopback_all_sizes_MBps_server_client_interleaved_superbench.txt"
-ROCE_100G = REAL / "roce_100g_server_report_gbits_duration5_hpe_shs_docs.txt"
+HDR_LOOPBACK = shared_capture(
+    "ib_write_bw/loopback_all_sizes_MBps_server_client_interleaved_superbench.txt"
+)
+ROCE_100G = shared_capture("ib_write_bw/roce_100g_server_report_gbits_duration5_hpe_shs_docs.txt")
 
 
 def measurement(path: Path, rail: int = 0, client: str = "gpu001", server: str = "gpu002"):

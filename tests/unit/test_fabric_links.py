@@ -6,12 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.fabric.ipoib import IpoibError, ipoib_address, ipoib_addresses
 from kiln.fabric.links import binding_kind, check_rails, error_counter_deltas, parse_sysfs_dump
 from kiln.parsers.ibstat import parse_ibstat
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
-REAL = FIXTURES / "real/ibstat/h100_cx7_some_eth_ports_down.txt"
+REAL = shared_capture("ibstat/h100_cx7_some_eth_ports_down.txt")
 DEGRADED = FIXTURES / "derived/ibstat/h100_cx7_ib_degraded_rate_and_port_down.txt"
 RAILS = ["mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11"]
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.app import main
 from kiln.inventory import load_cluster, require_valid
 from kiln.plan import make_plan
@@ -101,7 +102,7 @@ def test_a_capture_that_does_not_parse_is_an_error_at_its_own_line(tmp_path):
 
 
 def test_another_fabrics_capture_and_an_ansible_readable_name(tmp_path):
-    other = FABRIC.parent / "real" / "ibnetdiscover" / "dgx_h100_superpod_ndr_mqm9701_truncated.txt"
+    other = shared_capture("ibnetdiscover/dgx_h100_superpod_ndr_mqm9701_truncated.txt")
     root = inventory(tmp_path, path="fabric.ibnetdiscover", capture=other)
     found = {(f[0], f[3].split(":")[0].split(" (")[0]) for f in findings(root)}
     assert ("error", "kiln_slurm.ibnetdiscover_file fabric.ibnetdiscover holds none of the "

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.app import main
 from kiln.fabric.topology import build_topology, render_topology_conf, topology_from_text
 from kiln.fleet import ExecResult, NodeResult, Status
@@ -16,7 +17,7 @@ from kiln.inventory import require_valid
 from kiln.parsers.ibnetdiscover import parse_ibnetdiscover
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
-REAL = FIXTURES / "real/ibnetdiscover/dgx_h100_superpod_ndr_mqm9701_truncated.txt"
+REAL = shared_capture("ibnetdiscover/dgx_h100_superpod_ndr_mqm9701_truncated.txt")
 DEGRADED = FIXTURES / "derived/ibnetdiscover/dgx_h100_superpod_one_link_hdr.txt"
 FABRIC = FIXTURES / "fabric"
 THREE = FABRIC / "three_level_fat_tree.ibnetdiscover"

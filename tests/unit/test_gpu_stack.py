@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.gpu.facts import (
     Expected,
     check,
@@ -39,7 +40,7 @@ from kiln.parsers import ParseError
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 SMI = FIXTURES / "real" / "nvidia-smi-q-x"
 V100S_8 = SMI / "tesla_v100s_pcie_32gb_8gpu_datakit.xml"
-A100_MIG = SMI / "a100_sxm4_80gb_mig_telegraf.xml"
+A100_MIG = shared_capture("nvidia-smi-q-x/a100_sxm4_80gb_mig_telegraf.xml")
 GPG = FIXTURES / "gpg"
 NVLINK = FIXTURES / "real" / "nvidia-smi-nvlink"
 V100_BAD_LINKS = NVLINK / "v100_sxm2_7gpu_inactive_links_azhpc.txt"
@@ -49,7 +50,7 @@ H100_TEXT = FIXTURES / "real" / "nvidia-smi-q" / "h100_80gb_hbm3_8gpu_q_drv535_g
 TOPO = FIXTURES / "real" / "nvidia-smi-topo-m"
 TOPO_8NIC = TOPO / "h100_sxm_8nic_pix_nic_legend_drv570_sglang.txt"
 TOPO_12NIC = TOPO / "h100_hgx_12nic_ib_and_eth_nic_legend_mooncake.txt"
-TOPO_DGX_A100 = TOPO / "dgx_a100_oci_mlx5_columns.txt"
+TOPO_DGX_A100 = shared_capture("nvidia-smi-topo-m/dgx_a100_oci_mlx5_columns.txt")
 TOPO_PCIE = TOPO / "rtx6000ada_4gpu_4nic_asus_esc8000a_nic_legend.txt"
 TOPO_SWAPPED = (
     FIXTURES / "derived" / "nvidia-smi-topo-m" / "h100_sxm_8nic_mlx5_3_and_mlx5_5_swapped.txt"

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.gpu.diag import upgrade_check
 from kiln.gpu.filters import FILTERS
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real" / "dcgmi-diag"
 BLACKWELL = REAL / "rtxpro6000_blackwell_x2_r3_hardware_all_skip_dcgm339.txt"
 V100 = REAL / "v100_pcie_r3_verbose_pass_eud_skip_dcgm339.txt"
-H100_FAIL = REAL / "h100x8_r3_fail_cuinit_no_fabricmanager_dcgm338.txt"
+H100_FAIL = shared_capture("dcgmi-diag/h100x8_r3_fail_cuinit_no_fabricmanager_dcgm338.txt")
 GB10_FAIL = REAL / "gb10_r1_json_software_fail_dcgm423.json"
 NO_ENGINE = REAL / "no_hostengine_connection_refused_dcgm.txt"
 

@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.health import checks
 from kiln.health.expect import NODE_FILES, expectations
 from kiln.inventory.health_spec import DRAIN_XIDS, HealthSpec
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
-CSV = (REAL / "nvidia-smi-query-gpu-csv" / "h100_80gb_hbm3_allfields_idle.csv").read_text()
+CSV = shared_capture("nvidia-smi-query-gpu-csv/h100_80gb_hbm3_allfields_idle.csv").read_text()
 NVLINK_BAD = (REAL / "nvidia-smi-nvlink" / "v100_sxm2_7gpu_inactive_links_azhpc.txt").read_text()
-IBSTAT = (REAL / "ibstat" / "h100_cx7_some_eth_ports_down.txt").read_text()
+IBSTAT = shared_capture("ibstat/h100_cx7_some_eth_ports_down.txt").read_text()
 PERF_ERRORS = (
     REAL / "perfquery" / "edr_switch_ib-i4l1s01_port1_extended_with_errors.txt"
 ).read_text()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.health.expect import NODE_FILES, expectations
 from slurm_doubles import install_doubles, node, updates
 
@@ -40,7 +41,7 @@ def node_env(tmp_path):
         shutil.copy(KILN / name, lib / "kiln" / name)
     bin_dir, state = tmp_path / "bin", tmp_path / "slurm"
     install_doubles(state, bin_dir, {"gpu001": {"state": "IDLE", "reason": ""}})
-    csv = REAL / "nvidia-smi-query-gpu-csv" / "h100_80gb_hbm3_allfields_idle.csv"
+    csv = shared_capture("nvidia-smi-query-gpu-csv/h100_80gb_hbm3_allfields_idle.csv")
     nvlink = REAL / "nvidia-smi-nvlink" / "v100_sxm2_7gpu_inactive_links_azhpc.txt"
     tool(
         bin_dir,
@@ -48,7 +49,9 @@ def node_env(tmp_path):
         f'[ "$1" = nvlink ] && exec cat {nvlink}\n'
         f"[ -e {tmp_path}/hang ] && exec sleep 30\nexec cat {csv}\n",
     )
-    tool(bin_dir, "ibstat", f"exec cat {REAL / 'ibstat' / 'h100_cx7_some_eth_ports_down.txt'}\n")
+    tool(
+        bin_dir, "ibstat", f"exec cat {shared_capture('ibstat/h100_cx7_some_eth_ports_down.txt')}\n"
+    )
     perf = REAL / "perfquery" / "edr_hca_o0001_port1_extended.txt"
     tool(bin_dir, "perfquery", f"exec cat {perf}\n")
     tool(bin_dir, "journalctl", f"exec cat {tmp_path}/kernel.log\n")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.judging.rules_dcgm import (
     ABSENT,
     NO_ANSWER,
@@ -65,7 +66,9 @@ def test_a_healthy_level_3_run_passes_with_its_optional_skip_named() -> None:
 
 
 def test_a_failed_test_drains_the_node_naming_the_test_and_dcgmis_message() -> None:
-    [verdict] = judge_dcgm(_run("h100x8_r3_fail_cuinit_no_fabricmanager_dcgm338.txt", 3))
+    [verdict] = judge_dcgm(
+        _run("h100x8_r3_fail_cuinit_no_fabricmanager_dcgm338.txt", 3, shared_capture("dcgmi-diag"))
+    )
     assert not verdict.passed
     assert (verdict.severity, verdict.action) == (Severity.CRITICAL, Action.DRAIN)
     assert verdict.message.startswith(

@@ -4,11 +4,12 @@ from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.parsers import ParseError
 from kiln.parsers.dcgmi import parse_diag
 
 REAL = Path(__file__).parent.parent / "fixtures/real/dcgmi-diag"
-FAIL = REAL / "h100x8_r3_fail_cuinit_no_fabricmanager_dcgm338.txt"
+FAIL = shared_capture("dcgmi-diag/h100x8_r3_fail_cuinit_no_fabricmanager_dcgm338.txt")
 
 
 def test_metadata_and_results() -> None:

@@ -16,6 +16,7 @@ import jinja2
 import pytest
 import yaml
 
+from captures import shared_capture
 from kiln.gpu.filters import FILTERS as GPU_FILTERS
 from kiln.parsers.drain_reason import (
     KINDS,
@@ -167,7 +168,9 @@ def test_a_burnin_report_reason_is_the_older_form_the_campaign_stamps():
 
 
 def test_node_drain_reads_the_recorded_scontrol_output():
-    text = (RECORDED / "scontrol_show_node_gpu_gres_drain_huji_slurm1711.txt").read_text()
+    text = shared_capture(
+        "slurm-sinfo-scontrol/scontrol_show_node_gpu_gres_drain_huji_slurm1711.txt"
+    ).read_text()
     assert node_drain(text, "oxygen-04") == {
         "name": "oxygen-04", "state": "IDLE+DRAIN", "unavailable": True,
         "reason": "memory issues?", "kind": "", "operation": "",

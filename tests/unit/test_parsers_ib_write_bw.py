@@ -1,15 +1,15 @@
 """ib_write_bw against two recorded real reports (MB/sec and --report_gbits)."""
 
-from pathlib import Path
-
 import pytest
 
+from captures import shared_capture
 from kiln.parsers import ParseError
 from kiln.parsers.ib_write_bw import parse_ib_write_bw
 
-REAL = Path(__file__).parent.parent / "fixtures/real/ib_write_bw"
-LOOPBACK = REAL / "loopback_all_sizes_MBps_server_client_interleaved_superbench.txt"
-ROCE = REAL / "roce_100g_server_report_gbits_duration5_hpe_shs_docs.txt"
+LOOPBACK = shared_capture(
+    "ib_write_bw/loopback_all_sizes_MBps_server_client_interleaved_superbench.txt"
+)
+ROCE = shared_capture("ib_write_bw/roce_100g_server_report_gbits_duration5_hpe_shs_docs.txt")
 
 
 def test_loopback_all_sizes_mbps() -> None:

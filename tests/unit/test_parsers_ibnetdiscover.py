@@ -4,11 +4,12 @@ from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.parsers import ParseError
 from kiln.parsers.ibnetdiscover import parse_ibnetdiscover
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
-REAL = FIXTURES / "real/ibnetdiscover/dgx_h100_superpod_ndr_mqm9701_truncated.txt"
+REAL = shared_capture("ibnetdiscover/dgx_h100_superpod_ndr_mqm9701_truncated.txt")
 DEGRADED = FIXTURES / "derived/ibnetdiscover/dgx_h100_superpod_one_link_hdr.txt"
 
 LEAF_04_04 = "2c5eab0300b87b40"

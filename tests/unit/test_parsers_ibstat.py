@@ -4,11 +4,12 @@ from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.parsers import ParseError
 from kiln.parsers.ibstat import parse_ibstat
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
-REAL = FIXTURES / "real/ibstat/h100_cx7_some_eth_ports_down.txt"
+REAL = shared_capture("ibstat/h100_cx7_some_eth_ports_down.txt")
 DEGRADED = FIXTURES / "derived/ibstat/h100_cx7_ib_degraded_rate_and_port_down.txt"
 
 

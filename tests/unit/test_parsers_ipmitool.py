@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.parsers import ParseError
 from kiln.parsers.ipmitool import parse_fru, parse_mc_info, parse_sdr, read_sdr
 
@@ -12,7 +13,7 @@ POWER = Path(__file__).parent.parent / "fixtures/power/real"
 
 
 def test_fru_dgx_a100() -> None:
-    [record] = parse_fru((REAL / "fru_print_0_nvidia_dgx_a100.txt").read_text())
+    [record] = parse_fru(shared_capture("ipmitool/fru_print_0_nvidia_dgx_a100.txt").read_text())
     assert record.description is None  # `fru print 0` omits the header line
     assert record.board_manufacturer == "NVIDIA"
     assert record.board_product == "DGXA100"
@@ -25,7 +26,7 @@ def test_fru_dgx_a100() -> None:
 
 
 def test_fru_several_devices() -> None:
-    body = (REAL / "fru_print_0_nvidia_dgx_a100.txt").read_text()
+    body = shared_capture("ipmitool/fru_print_0_nvidia_dgx_a100.txt").read_text()
     text = (
         " FRU Device Description : Builtin FRU Device (ID 0)\n"
         + body
@@ -37,7 +38,7 @@ def test_fru_several_devices() -> None:
 
 
 def test_mc_info_hp_ilo() -> None:
-    info = parse_mc_info((REAL / "mc_info_hp_proliant_ilo.txt").read_text())
+    info = parse_mc_info(shared_capture("ipmitool/mc_info_hp_proliant_ilo.txt").read_text())
     assert info.manufacturer_id == 11
     assert info.manufacturer_name == "Hewlett-Packard"
     assert info.product_id == 0x2000

@@ -4,11 +4,12 @@ from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.parsers import ParseError
 from kiln.parsers.nccl_tests import parse_json, parse_text
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
-TEXT = FIXTURES / "real/nccl-tests-all_reduce_perf/a100_sxm4_40gb_8gpu_single_node_superbench.txt"
+TEXT = shared_capture("nccl-tests-all_reduce_perf/a100_sxm4_40gb_8gpu_single_node_superbench.txt")
 JSON = FIXTURES / "derived/nccl-tests-json/a100_sxm4_40gb_8gpu_all_reduce_v2_schema.json"
 
 

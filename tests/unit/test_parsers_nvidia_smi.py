@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from captures import real_captures, shared_capture
 from kiln.parsers import ParseError
 from kiln.parsers.nvidia_smi import Gpu, RemappedRows, RetiredPages, parse_xml
 from kiln.parsers.nvidia_smi_nvlink import NvlinkState, parse_nvlink_status
@@ -11,11 +12,11 @@ from kiln.parsers.nvidia_smi_query import parse_query_gpu_csv
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 REAL_XML = FIXTURES / "real/nvidia-smi-q-x"
-A100_XML = REAL_XML / "a100_sxm4_80gb_mig_telegraf.xml"
+A100_XML = shared_capture("nvidia-smi-q-x/a100_sxm4_80gb_mig_telegraf.xml")
 T4_XML = REAL_XML / "tesla_t4_telegraf.xml"
 V100S_8GPU_XML = REAL_XML / "tesla_v100s_pcie_32gb_8gpu_datakit.xml"
 A100_FAULTY_XML = FIXTURES / "derived/nvidia-smi-q-x/a100_sxm4_80gb_faulty_ecc_thermal.xml"
-H100_CSV = FIXTURES / "real/nvidia-smi-query-gpu-csv/h100_80gb_hbm3_allfields_idle.csv"
+H100_CSV = shared_capture("nvidia-smi-query-gpu-csv/h100_80gb_hbm3_allfields_idle.csv")
 NVLINK = FIXTURES / "real/nvidia-smi-nvlink"
 H100_PCIE_NVLINK = NVLINK / "h100_pcie_2gpu_nvlink_bridge_hpe.txt"
 V100_BAD_NVLINK = NVLINK / "v100_sxm2_7gpu_inactive_links_azhpc.txt"
@@ -98,7 +99,7 @@ def test_xml_faulty_derived_is_judged_faulty() -> None:
     assert _memory_fault(gpu) == ["uncorrectable ECC", "reset required"]
 
 
-@pytest.mark.parametrize("path", sorted(REAL_XML.glob("*.xml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", real_captures("nvidia-smi-q-x", "*.xml"), ids=lambda p: p.name)
 def test_xml_real_samples_are_healthy(path: Path) -> None:
     # None of the public real captures shows a memory fault; each GPU must read as healthy.
     log = parse_xml(path.read_text())

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from captures import real_captures, shared_capture
 from kiln.parsers import ParseError
 from kiln.parsers.nvidia_smi import Gpu, NvidiaSmiLog, parse_xml
 from kiln.parsers.nvidia_smi_text import parse_text
@@ -12,14 +13,14 @@ from kiln.parsers.nvidia_smi_text import parse_text
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 TEXT = FIXTURES / "real/nvidia-smi-q"
 H100_8GPU = TEXT / "h100_80gb_hbm3_8gpu_q_drv535_gpud.txt"
-H100_DRV590 = TEXT / "h100_sxm_80gb_hbm3_q_idle_drv590.txt"
+H100_DRV590 = shared_capture("nvidia-smi-q/h100_sxm_80gb_hbm3_q_idle_drv590.txt")
 A10_PENDING = TEXT / "a10_q_remapped_rows_pending_drv535_gpud.txt"
 TITAN_V = TEXT / "titan_v_q_ecc_off_drv560_gpud.txt"
-A100_XML = FIXTURES / "real/nvidia-smi-q-x/a100_sxm4_80gb_mig_telegraf.xml"
+A100_XML = shared_capture("nvidia-smi-q-x/a100_sxm4_80gb_mig_telegraf.xml")
 
 
 def test_every_real_capture_reads_every_gpu_without_warnings():
-    for path in sorted(p for p in TEXT.glob("*.txt") if p.name != "SOURCE.txt"):
+    for path in real_captures("nvidia-smi-q", "*.txt"):
         warnings: list[str] = []
         log = parse_text(path.read_text(), warnings)
         assert warnings == [], path.name

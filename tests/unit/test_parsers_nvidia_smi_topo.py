@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from captures import real_captures, shared_capture
 from kiln.parsers import ParseError
 from kiln.parsers.nvidia_smi_topo import TopoGpu, parse_topo, path_rank
 
@@ -11,7 +12,7 @@ FIXTURES = Path(__file__).parent.parent / "fixtures"
 TOPO = FIXTURES / "real/nvidia-smi-topo-m"
 H100_8NIC = TOPO / "h100_sxm_8nic_pix_nic_legend_drv570_sglang.txt"
 H100_12NIC = TOPO / "h100_hgx_12nic_ib_and_eth_nic_legend_mooncake.txt"
-DGX_A100_OCI = TOPO / "dgx_a100_oci_mlx5_columns.txt"
+DGX_A100_OCI = shared_capture("nvidia-smi-topo-m/dgx_a100_oci_mlx5_columns.txt")
 DGX_A100_LEGEND = TOPO / "dgx_a100_40gb_nic_legend_drv525.txt"
 RTX6000ADA = TOPO / "rtx6000ada_4gpu_4nic_asus_esc8000a_nic_legend.txt"
 SWAPPED = FIXTURES / "derived/nvidia-smi-topo-m/h100_sxm_8nic_mlx5_3_and_mlx5_5_swapped.txt"
@@ -23,7 +24,7 @@ def _nearest(path: Path) -> dict[str, tuple[str | None, tuple[int, ...]]]:
 
 
 def test_every_real_capture_reads_without_warnings():
-    for path in sorted(p for p in TOPO.glob("*.txt") if p.name != "SOURCE.txt"):
+    for path in real_captures("nvidia-smi-topo-m", "*.txt"):
         topo = parse_topo(path.read_text())
         assert topo.warnings == (), path.name
         assert topo.gpus and topo.nics, path.name

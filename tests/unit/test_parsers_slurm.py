@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.parsers import ParseError
 from kiln.parsers.drain_reason import is_kiln_reason
 from kiln.parsers.slurm import (
@@ -16,8 +17,10 @@ from kiln.parsers.slurm import (
 )
 
 REAL = Path(__file__).parent.parent / "fixtures/real/slurm-sinfo-scontrol"
-SCONTROL = REAL / "scontrol_show_node_gpu_gres_drain_huji_slurm1711.txt"
-SINFO = REAL / "sinfo_nodes_gres_vpenso.txt"
+SCONTROL = shared_capture(
+    "slurm-sinfo-scontrol/scontrol_show_node_gpu_gres_drain_huji_slurm1711.txt"
+)
+SINFO = shared_capture("slurm-sinfo-scontrol/sinfo_nodes_gres_vpenso.txt")
 
 
 def test_scontrol_nodes_and_gres() -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.power import UnknownBoard, fan_plan, identify, select_adapter
 from kiln.power.bmc import DELL, SUPERMICRO
 
@@ -21,7 +22,7 @@ DELL_MC = _read(REAL / "mc_info_dell_r730_idrac8.txt")
 DELL_FRU = _read(DERIVED / "fru_print_dell_poweredge_xe8545.txt")  # derived: see SOURCE.txt
 SMC_MC = _read(REAL / "mc_info_supermicro_x11.txt")
 SMC_FRU = _read(REAL / "fru_print_supermicro_x11dpt_b.txt")
-HP_MC = _read(REAL / "mc_info_hp_proliant_ilo.txt")
+HP_MC = _read(shared_capture("ipmitool/mc_info_hp_proliant_ilo.txt"))
 HP_FRU = _read(REAL / "fru_print_hp_proliant_dl360_g7.txt")
 IPMITOOL = Path(__file__).parents[1] / "fixtures" / "real" / "ipmitool"
 IDRAC9_MC = _read(IPMITOOL / "mc_info_dell_idrac9_fw700_poweredge_r540.txt")

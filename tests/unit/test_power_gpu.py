@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from captures import shared_capture
 from kiln.power import QUERY_FIELDS, GpuPolicy, check_readback, plan_commands, read_states
-
-REAL = Path(__file__).parents[1] / "fixtures" / "real" / "nvidia-smi-query-gpu-csv"
 
 
 def _row(index, pm="Enabled", limit="700.00", gr="1980", mem="2619"):
@@ -26,7 +23,10 @@ def _text(*rows):
 
 
 def test_reads_the_recorded_h100_query_with_its_header():
-    gpu = read_states((REAL / "h100_80gb_hbm3_allfields_idle.csv").read_text(), fields=None)[0]
+    gpu = read_states(
+        shared_capture("nvidia-smi-query-gpu-csv/h100_80gb_hbm3_allfields_idle.csv").read_text(),
+        fields=None,
+    )[0]
     assert (gpu.index, gpu.bus_id, gpu.persistence) == (0, "00000000:00:09.0", True)
     assert (gpu.power_limit_w, gpu.default_limit_w) == (700.0, 700.0)
     assert (gpu.min_limit_w, gpu.max_limit_w, gpu.power_draw_w) == (200.0, 700.0, 69.85)

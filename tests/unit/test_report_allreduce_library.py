@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.burnin import judge_run
 from kiln.burnin.nccl_tests import complete
 from kiln.inventory import require_valid
@@ -27,8 +28,8 @@ from kiln.report import render
 from kiln.report.table import allreduce_summary
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
-SUPERBENCH = (
-    FIXTURES / "real/nccl-tests-all_reduce_perf/a100_sxm4_40gb_8gpu_single_node_superbench.txt"
+SUPERBENCH = shared_capture(
+    "nccl-tests-all_reduce_perf/a100_sxm4_40gb_8gpu_single_node_superbench.txt"
 )
 GPU8 = FIXTURES / "burnin" / "gpu8"
 

@@ -13,13 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.fleet import ExecResult, NodeResult, Status
 from kiln.slurmctl.inspect import ABSENT, MARK, PROBE, inspect_node, parse_probe
 from slurm_inventory import slurm_cluster
 
-REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
-XML = (REAL / "nvidia-smi-q-x" / "a100_sxm4_80gb_mig_telegraf.xml").read_text()
-SCONTROL = REAL / "slurm-sinfo-scontrol" / "scontrol_show_node_gpu_gres_drain_huji_slurm1711.txt"
+XML = shared_capture("nvidia-smi-q-x/a100_sxm4_80gb_mig_telegraf.xml").read_text()
+SCONTROL = shared_capture(
+    "slurm-sinfo-scontrol/scontrol_show_node_gpu_gres_drain_huji_slurm1711.txt"
+)
 
 
 def probe_output(smi: str | None, pci: list[str], ib: list[str], driver: str = "") -> str:

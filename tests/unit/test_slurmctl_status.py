@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.fleet import ExecResult, NodeResult, Status
 from kiln.judging import BurninReport
 from kiln.judging.verdicts import Action, Severity, Verdict
@@ -22,7 +23,9 @@ from kiln.slurmctl.status import NOT_IN_INVENTORY, NOT_IN_SLURM, cluster_status,
 from slurm_inventory import slurm_cluster
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "slurm-sinfo-scontrol"
-SCONTROL = FIXTURES / "scontrol_show_node_gpu_gres_drain_huji_slurm1711.txt"
+SCONTROL = shared_capture(
+    "slurm-sinfo-scontrol/scontrol_show_node_gpu_gres_drain_huji_slurm1711.txt"
+)
 
 
 @pytest.fixture

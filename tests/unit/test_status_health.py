@@ -9,10 +9,10 @@ kiln.health.node.check (healthy, failing), nothing (no periodic run yet), or no 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
+from captures import shared_capture
 from kiln.app import main
 from kiln.fleet import ExecResult, NodeResult, Status
 from kiln.health.results import LAST, last_cell
@@ -21,8 +21,9 @@ from kiln.slurmctl.state import from_scontrol
 from kiln.slurmctl.status import merge
 from slurm_inventory import slurm_cluster
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "slurm-sinfo-scontrol"
-SCONTROL = FIXTURES / "scontrol_show_node_gpu_gres_drain_huji_slurm1711.txt"
+SCONTROL = shared_capture(
+    "slurm-sinfo-scontrol/scontrol_show_node_gpu_gres_drain_huji_slurm1711.txt"
+)
 
 
 def _document(node: str, findings: list[tuple[str, bool, str]]) -> str:
