@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -68,12 +69,13 @@ def recorded(name: str) -> dict:
 
 def environment() -> NativeEnvironment:
     """Jinja with kiln's filters, loaded through the shims the playbooks use, and the few
-    Ansible filters the roles' variables use (basename, split, bool, regex_replace)."""
+    Ansible filters the roles' variables use (basename, split, bool, regex_replace, quote)."""
     env = NativeEnvironment(undefined=StrictUndefined)
     env.filters["basename"] = os.path.basename
     env.filters["split"] = lambda text, sep=None: str(text).split(sep)
     env.filters["bool"] = lambda value: str(value).strip().lower() in ("true", "yes", "on", "1")
     env.filters["regex_replace"] = lambda value, pattern, repl: re.sub(pattern, repl, str(value))
+    env.filters["quote"] = lambda value: shlex.quote(str(value))
     for shim in sorted((PLAYBOOKS / "filter_plugins").glob("kiln_*.py")):
         spec = importlib.util.spec_from_file_location(shim.stem, shim)
         module = importlib.util.module_from_spec(spec)
@@ -569,3 +571,139 @@ def test_real_ansible_renders_the_same_on_every_recorded_platform(tmp_path):
         assert got["held_prefixes"] == want["held_prefixes"]
         holds = {got["nccl_hold"], got["base_hold"], got["maintenance_hold"]}
         assert holds == {want["hold"]}
+
+
+# The monitoring, infiniband (DOCA-OFED) and preflight roles per OS family: the node exporter's
+# package, unit and options file, the DCGM exporter's install name and hold; DOCA's repository
+# definition, install names and hold; the package query preflight reads the stack with. Debian's
+# values are those the roles used before they were family-aware (compared value by value).
+DOCA_URL = "https://linux.mellanox.com/public/repo/doca/2.9.3/{os}/{arch}/"
+OTHER_FAMILY = {
+    "apt": {
+        "node_exporter": ("prometheus-node-exporter", "prometheus-node-exporter",
+                          "/etc/default/prometheus-node-exporter", "prometheus-node-exporter.j2"),
+        "dcgm_exporter": "datacenter-gpu-manager-exporter=4.1.1-1",
+        "doca_install": ["doca-ofed"],  # apt preferences pick the version
+        "query": "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n'",
+        "nccl": "libnccl2",
+    },
+    "dnf": {
+        "node_exporter": ("node-exporter", "prometheus-node-exporter",
+                          "/etc/systemd/system/prometheus-node-exporter.service.d/kiln.conf",
+                          "prometheus-node-exporter.dropin.j2"),
+        "dcgm_exporter": "datacenter-gpu-manager-exporter-4.1.1-1",
+        "doca_install": ["doca-ofed-2.9.3*"],
+        "query": "rpm -qa --queryformat '%{NAME} %{EPOCH}:%{VERSION}-%{RELEASE}\\n' \"$pattern\"",
+        "nccl": "libnccl",
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("capture", PLATFORMS)
+def test_monitoring_doca_and_preflight_on_each_recorded_platform(capture):
+    facts = recorded(capture)
+    family = family_of(capture)
+    want, hold = OTHER_FAMILY[family], FAMILIES[family]["hold"]
+    values = {**KILN, "ansible_facts": facts, "kiln_gpu_count": 8, "group_names": []}
+
+    monitoring = render_role(
+        "monitoring",
+        {**values, "monitoring_dcgm_exporter_version": "4.1.1-1"},
+        ["__monitoring_node_exporter_package_name", "__monitoring_node_exporter_unit",
+         "__monitoring_node_exporter_options", "__monitoring_node_exporter_options_template",
+         "__monitoring_dcgm_exporter_name", "__monitoring_hold"],
+    )  # fmt: skip
+    assert tuple(list(monitoring.values())[:4]) == want["node_exporter"]
+    assert monitoring["__monitoring_dcgm_exporter_name"] == want["dcgm_exporter"]
+    assert monitoring["__monitoring_hold"] == hold
+    tasks = ROLES / "monitoring" / "tasks"
+    assert (tasks / f"packages-{facts['os_family']}.yml").exists()
+    dcgm = (tasks / f"dcgm-exporter-{facts['os_family']}.yml").read_text()
+    assert ("dpkg_selections" if hold == "apt-mark" else "dnf_versionlock") in dcgm
+    template = ROLES / "monitoring" / "templates" / want["node_exporter"][3]
+    assert "--web.listen-address=:{{ monitoring_node_exporter_port }}" in template.read_text()
+
+    doca = render_role(
+        "infiniband",
+        {**values, "infiniband_doca_version": "2.9.3"},
+        ["__infiniband_doca_family", "__infiniband_doca_install_names"],
+    )
+    assert doca["__infiniband_doca_family"] == family
+    tasks = ROLES / "infiniband" / "tasks"
+    names = (tasks / f"doca-install-{family}.yml").read_text()
+    assert (
+        "infiniband_doca_packages" if family == "apt" else "__infiniband_doca_install_names"
+    ) in names
+    if family == "dnf":
+        assert doca["__infiniband_doca_install_names"] == want["doca_install"]
+        assert "dnf_versionlock" in names
+    # the repository: an apt source line or a dnf baseurl, at the site's versioned URL
+    os_dir = {"apt": "ubuntu22.04", "dnf": "rhel9.6"}[family]
+    arch_dir = {"x86_64": "x86_64", "aarch64": "arm64-sbsa"}[facts["architecture"]]
+    url = DOCA_URL.format(os=os_dir, arch=arch_dir)
+    module = {"apt": "ansible.builtin.apt_repository", "dnf": "ansible.builtin.yum_repository"}
+    steps = yaml.safe_load((tasks / f"doca-{family}.yml").read_text())
+    (source,) = [step for step in steps if module[family] in step]
+    env = environment()
+    if family == "apt":
+        line = source["ansible.builtin.apt_repository"]["repo"]
+        assert (
+            env.from_string(line).render(
+                __infiniband_doca_keyring="/usr/share/keyrings/kiln-doca.asc",
+                infiniband_doca_repo_url=url,
+            )
+            == f"deb [signed-by=/usr/share/keyrings/kiln-doca.asc] {url} ./"
+        )
+        pin = (ROLES / "infiniband" / "templates" / "doca-pin.j2").read_text()
+        assert "Pin: version {{ infiniband_doca_version }}*" in pin
+    else:
+        repository = source["ansible.builtin.yum_repository"]
+        assert env.from_string(repository["baseurl"]).render(infiniband_doca_repo_url=url) == url
+        assert repository["gpgcheck"] is True
+    for step in ("read", "install"):
+        assert (tasks / f"doca-{step}-{family}.yml").exists()
+    assert (tasks / f"doca_change-{family}.yml").exists()
+
+    # preflight: the query and the versions read back by the platform entry's names
+    query = env.filters["kiln_stack_query"](facts)
+    assert query["family"] == family and query["nccl"] == want["nccl"]
+    task = (ROLES / "preflight" / "tasks" / f"packages-{family}.yml").read_text()
+    assert want["query"] in task
+    if capture.startswith("debian"):
+        # the very command preflight ran before (dpkg-query over these names)
+        (read, _) = yaml.safe_load(task)
+        cmd = env.from_string(read["ansible.builtin.shell"]["cmd"]).render(
+            __preflight_stack_query=query
+        )
+        assert cmd == (
+            "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n' "
+            "nvidia-driver libnccl2 'cuda-toolkit-[0-9]*' 2>/dev/null || true"
+        )
+
+
+def test_preflight_reads_the_stack_by_each_platform_s_names():
+    """The driver of any branch and flavour, NCCL's library by the family's name, the newest
+    toolkit; an OS of neither family asks nothing."""
+    env = environment()
+    query, versions = env.filters["kiln_stack_query"], env.filters["kiln_stack_versions"]
+    ubuntu = query(recorded("ubuntu-24.04-aarch64.json"))
+    assert ubuntu["patterns"] == ["nvidia-driver-*", "libnccl2", "cuda-toolkit-[0-9]*"]
+    installed = {"nvidia-driver-550-open": "550.127.08-0ubuntu1", "libnccl2": "2.21.5-1+cuda12.4",
+                 "cuda-toolkit-12-4": "12.4.1-1", "nvidia-driver-550-server": "x"}  # fmt: skip
+    assert versions(installed, ubuntu) == {
+        "driver": "550.127.08-0ubuntu1", "cuda": "12.4", "nccl": "2.21.5-1+cuda12.4"
+    }  # fmt: skip
+    rhel = query(recorded("rocky-9.2.json"))
+    assert rhel["patterns"] == ["nvidia-driver", "libnccl", "cuda-toolkit-[0-9]*"]
+    rpm = env.filters["kiln_rpm_installed"](
+        "nvidia-driver 3:550.127.08-1.el9\nlibnccl (none):2.21.5-1+cuda12.4\n"
+        "cuda-toolkit-12-4 (none):12.4.1-1\n"
+    )
+    assert versions(rpm, rhel) == {
+        "driver": "3:550.127.08-1.el9", "cuda": "12.4", "nccl": "2.21.5-1+cuda12.4"
+    }  # fmt: skip
+    assert env.filters["kiln_installed_stack_problems"](versions(rpm, rhel)) == []
+    # Debian's names, as before, with or without the query
+    debian = {"nvidia-driver": "550.127.08-1", "libnccl2": "2.21.5-1+cuda12.4"}
+    assert versions(debian, query(recorded("debian-12"))) == versions(debian)
+    assert query({"distribution": "SLES", "os_family": "Suse"})["family"] == ""
