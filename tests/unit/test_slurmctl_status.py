@@ -17,7 +17,7 @@ from kiln.judging import BurninReport
 from kiln.judging.verdicts import Action, Severity, Verdict
 from kiln.parsers.slurm import parse_scontrol_nodes
 from kiln.records.burnin import save_report
-from kiln.slurmctl.burnin import last_verdicts
+from kiln.records.burnin_verdicts import last_verdicts
 from kiln.slurmctl.state import from_scontrol
 from kiln.slurmctl.status import NOT_IN_INVENTORY, NOT_IN_SLURM, cluster_status, merge
 from slurm_inventory import slurm_cluster

@@ -18,7 +18,7 @@ from kiln.fleet import run_command
 from kiln.inventory import Cluster, Node
 from kiln.parsers import ParseError
 from kiln.parsers.nvidia_smi import NvidiaSmiLog, parse_xml
-from kiln.slurmctl.burnin import UNKNOWN, Verdict, last_verdicts
+from kiln.records.burnin_verdicts import UNKNOWN, Verdict, last_verdicts
 from kiln.slurmctl.remote import Controller, Runner
 from kiln.slurmctl.state import NodeState
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kiln.inventory import Cluster
+from kiln.records.burnin_verdicts import UNKNOWN, Verdict, last_verdicts
 from kiln.render.hostlist import compress
 from kiln.slurmctl import commands
-from kiln.slurmctl.burnin import UNKNOWN, Verdict, last_verdicts
 from kiln.slurmctl.leftovers import Leftover, read_leftovers
 from kiln.slurmctl.remote import Controller, Runner
 from kiln.slurmctl.state import NodeState, from_sinfo
