@@ -234,9 +234,10 @@ NodeName=cricket Arch=x86_64 CoresPerSocket=1
 """
 
 
-def test_burnin_s_controller_runs_as_root_submits_and_reads_the_nodes(cluster):
-    """Burn-in uses this same controller: sudo unless the SSH user is root, sbatch's job id,
-    `scontrol show node` read into NodeStates."""
+def test_burnin_s_controller_runs_as_root_submits_and_reads_the_nodes(cluster, monkeypatch):
+    """Burn-in uses this same controller: sudo unless the SSH user is root (no ansible_user
+    here: kiln's login user, `ops`), sbatch's job id, `scontrol show node` read into NodeStates."""
+    monkeypatch.setattr("kiln.fleet.ssh.getpass.getuser", lambda: "ops")
     sent: list[str] = []
 
     def runner(nodes, command, *, fanout, timeout) -> ExecResult:

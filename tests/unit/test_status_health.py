@@ -96,8 +96,9 @@ def test_plain_status_contacts_no_compute_node(stand_ins, capsys):
     assert all("health" not in node for node in json.loads(out)["nodes"])
 
 
-def test_status_health_reads_last_json_once_per_compute_node(stand_ins, capsys):
+def test_status_health_reads_last_json_once_per_compute_node(stand_ins, capsys, monkeypatch):
     cluster, calls = stand_ins
+    monkeypatch.setattr("kiln.fleet.ssh.getpass.getuser", lambda: "ops")  # no ansible_user: sudo
     argv = ["status", str(cluster.inventory_dir), "--health", "--json", "-f", "8", "-t", "5"]
     code, out, err = run_cli(argv, capsys)
     assert code == 0  # health is shown, not judged: status still says what Slurm answered

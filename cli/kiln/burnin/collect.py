@@ -19,25 +19,19 @@ from pathlib import PurePosixPath
 from kiln.burnin.jobs import Paths
 from kiln.burnin.nccl_tests import complete_text
 from kiln.fabric.links import sysfs_dump_command
-from kiln.fleet import NodeResult, Status, run_command
+from kiln.fleet import NodeResult, Status
+from kiln.fleet import run_as_root as fleet_run_as_root
 from kiln.inventory import Node
 from kiln.judging import compact
 from kiln.records.burnin import RunLayout
-from kiln.slurmctl.remote import as_root
 
 Progress = Callable[[str], None]
 TIMEOUT = 120.0
 
 
 def run_as_root(nodes: list[Node], command: str) -> list[NodeResult]:
-    """`command` on every node as root; results in node order."""
-    by_user: dict[str, list[Node]] = {}
-    for node in nodes:
-        by_user.setdefault(as_root(node, command), []).append(node)
-    results = []
-    for wrapped, group in by_user.items():
-        results += run_command(group, wrapped, timeout=TIMEOUT).results
-    return results
+    """`command` on every node as root (kiln.fleet.run_as_root); results in node order."""
+    return fleet_run_as_root(nodes, command, timeout=TIMEOUT).results
 
 
 def fetch_command(paths: Paths, run_id: str) -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kiln.burnin import collect
-from kiln.fleet import NodeResult, Status, run_command
+from kiln.fleet import NodeResult, Status, run_as_root
 from kiln.inventory import Node
 from kiln.judging.model import BurninReport
 from kiln.judging.rules_dcgm import (
@@ -41,7 +41,6 @@ from kiln.judging.rules_dcgm import (
     level_for,
 )
 from kiln.records.burnin import RunLayout
-from kiln.slurmctl.remote import as_root
 
 if TYPE_CHECKING:  # campaign imports this module when its DCGM phase runs
     from kiln.burnin.campaign import BurninOutcome
@@ -112,14 +111,8 @@ def _from_diag(level: int, res: NodeResult) -> DcgmRun:
 
 def run_as_root_for(nodes: list[Node], command: str, timeout: float) -> list[NodeResult]:
     """`command` as root on every node at once (a long one: its own timeout), in node order."""
-    by_user: dict[str, list[Node]] = {}
-    for node in nodes:
-        by_user.setdefault(as_root(node, command), []).append(node)
-    results = []
-    for wrapped, group in by_user.items():
-        fanout = max(1, min(len(group), FANOUT_MAX))
-        results += run_command(group, wrapped, timeout=timeout, fanout=fanout).results
-    return results
+    fanout = max(1, min(len(nodes), FANOUT_MAX))
+    return run_as_root(nodes, command, timeout=timeout, fanout=fanout).results
 
 
 def run_dcgm(

@@ -11,7 +11,7 @@ import typer
 from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
 from kiln.console import clean, err, print_json, safe
 from kiln.errors import ExitCode
-from kiln.fleet import fold_results, render_text, run_command, select_nodes, summary
+from kiln.fleet import fold_results, render_text, run_as_root, run_command, select_nodes, summary
 from kiln.health.results import node_command, node_entry
 from kiln.inventory import require_valid
 
@@ -48,7 +48,7 @@ def health(
     cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     selected = select_nodes(cluster, nodes or "kiln_compute")
     command = node_command(last=last, json_=json_)
-    result = run_command(selected, command, fanout=fanout, timeout=timeout)
+    result = run_as_root(selected, command, runner=run_command, fanout=fanout, timeout=timeout)
     entries = [node_entry(r.name, str(r.status), r.exit_code, r.stdout) for r in result.results]
     healthy = all(entry["ok"] for entry in entries)
     if json_:

@@ -26,11 +26,12 @@ def _state(text: str) -> str:
 
 def last_health(cluster: Cluster, fanout: int, timeout: float) -> dict[str, dict]:
     """Each compute node's last health result (its last.json), read like `kiln health --last`."""
-    from kiln.fleet import run_command, select_nodes
+    from kiln.fleet import run_as_root, run_command, select_nodes
     from kiln.health.results import last_cell, node_command
 
     nodes = select_nodes(cluster, "kiln_compute")
-    result = run_command(nodes, node_command(last=True), fanout=fanout, timeout=timeout)
+    command = node_command(last=True)
+    result = run_as_root(nodes, command, runner=run_command, fanout=fanout, timeout=timeout)
     return {r.name: last_cell(str(r.status), r.stdout, r.stderr) for r in result.results}
 
 

@@ -1,9 +1,9 @@
 """node.py over SSH: the probe (one exec per node, the same command for all) and the records.
 
 Both run as root (the records are 0600 under /var/lib/kiln/applied, and a managed file such as
-munge.key is root's): as the login user when it is root, else through `sudo -n`. A node whose
-probe fails for any reason (unreachable, sudo refused, no python3, garbled output) is a NodeProbe
-with `ok` False: kiln.drift.assess then runs every stage there.
+munge.key is root's), through kiln.fleet.as_root: as the login user when it is root, else through
+`sudo -n`. A node whose probe fails for any reason (unreachable, sudo refused, no python3, garbled
+output) is a NodeProbe with `ok` False: kiln.drift.assess then runs every stage there.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kiln.fleet import ExecResult, NodeResult, Status, run_command
+from kiln.fleet import ExecResult, NodeResult, Status, as_root, run_as_root, run_command
 from kiln.inventory import Cluster, Node
 from kiln.profiles.slurm import DEFAULT_PLATFORM, expected_version
 from kiln.records.status import BAD, GOOD, HostStatus
@@ -42,11 +42,10 @@ class NodeProbe:
 
 
 def node_command(*args: str) -> str:
-    """The shell command that runs node.py with `args` as root."""
+    """The shell command that runs node.py with `args` (kiln.fleet.as_root makes it root's)."""
     source = base64.b64encode(NODE_SCRIPT.read_bytes()).decode()
     program = f"import base64;exec(compile(base64.b64decode('{source}'),'kiln-drift','exec'))"
-    inner = " ".join(["python3", "-c", shlex.quote(program), *map(shlex.quote, args)])
-    return f'if [ "$(id -u)" -eq 0 ]; then {inner}; else sudo -n {inner}; fi'
+    return " ".join(["python3", "-c", shlex.quote(program), *map(shlex.quote, args)])
 
 
 def _parse(answer: NodeResult) -> NodeProbe:
@@ -80,7 +79,8 @@ def probe_nodes(
     probes = {n.name: NodeProbe(n.name, False, error=LOCAL) for n in nodes if _local(n)}
     remote = [node for node in nodes if not _local(node)]
     if remote:
-        result = runner(remote, node_command("probe"), fanout=fanout, timeout=timeout)
+        command = node_command("probe")
+        result = run_as_root(remote, command, runner=runner, fanout=fanout, timeout=timeout)
         probes.update({answer.name: _parse(answer) for answer in result.results})
     return {node.name: probes[node.name] for node in nodes if node.name in probes}
 
@@ -164,8 +164,9 @@ def write_records(
 
     def one(host: str) -> None:
         text = json.dumps(work[host], sort_keys=True, separators=(",", ":"))
-        command = node_command("record", base64.b64encode(text.encode()).decode())
-        answer = runner([cluster.node(host)], command, fanout=1, timeout=timeout).results[0]
+        node = cluster.node(host)
+        command = as_root(node, node_command("record", base64.b64encode(text.encode()).decode()))
+        answer = runner([node], command, fanout=1, timeout=timeout).results[0]
         if answer.status is not Status.OK:
             problems[host] = f"{answer.status}: {answer.error or answer.stderr.strip()[-300:]}"
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from kiln.fleet.connect import Connector
 from kiln.fleet.execute import ExecResult, NodeResult, Status, run_command
 from kiln.fleet.fold import Fold, Problem, fold_results, render_text, summary
+from kiln.fleet.root import as_root, run_as_root
 from kiln.fleet.selectors import select_nodes
 from kiln.fleet.ssh import SshSettings, settings_for
 
@@ -23,8 +24,10 @@ __all__ = [
     "Problem",
     "SshSettings",
     "Status",
+    "as_root",
     "fold_results",
     "render_text",
+    "run_as_root",
     "run_command",
     "select_nodes",
     "settings_for",

@@ -1,7 +1,7 @@
 """`kiln health`'s reading of what the nodes answered: one result document per node.
 
-command = node_command(report=True, json_=True)   # what runs on each node over SSH
-document = read_document(stdout)                  # kiln.health.node's JSON, or None
+command = node_command(json_=True)   # what runs on each node over SSH (as root: fleet.as_root)
+document = read_document(stdout)     # kiln.health.node's JSON, or None
 """
 
 from __future__ import annotations
@@ -14,13 +14,11 @@ LAST = "/var/lib/kiln/health/last.json"
 
 
 def node_command(*, last: bool = False, json_: bool = False) -> str:
-    """The shell command for one node: the check in report mode (nothing changed in Slurm), or
-    the last result Slurm's own run left; through sudo -n unless the SSH user is root."""
+    """The shell command for one node, to run as root there (kiln.fleet.run_as_root): the check
+    in report mode (nothing changed in Slurm), or the last result Slurm's own run left."""
     if last:
-        inner = f"cat {shlex.quote(LAST)}"
-    else:
-        inner = f"{shlex.quote(PROGRAM)} --report" + (" --json" if json_ else "")
-    return f'if [ "$(id -u)" -eq 0 ]; then {inner}; else sudo -n {inner}; fi'
+        return f"cat {shlex.quote(LAST)}"
+    return f"{shlex.quote(PROGRAM)} --report" + (" --json" if json_ else "")
 
 
 def read_document(stdout: str) -> dict | None:

@@ -6,7 +6,7 @@ returns each step's exit code and stdout. An unreachable controller, or a step t
 OperationFailed naming the controller and the command. `nodes()` and `show(names)` are the
 reading of node state (kiln.slurmctl.state); `submit(script)` is sbatch, `submit_many(scripts)`
 several in one exec. With `root` (burn-in creates reservations and submits as root) the script
-runs through `sudo -n` unless the SSH user is root already.
+runs as root (kiln.fleet.as_root: through `sudo -n` unless kiln logs in as root).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kiln.errors import OperationFailed
-from kiln.fleet import ExecResult, NodeResult, Status, run_command
+from kiln.fleet import ExecResult, NodeResult, Status, as_root, run_command
 from kiln.inventory import Cluster, Node
 from kiln.parsers.slurm import parse_scontrol_nodes
 from kiln.slurmctl import commands
@@ -38,14 +38,6 @@ def controller_of(cluster: Cluster) -> Node:
     if not controllers:  # validation refuses this; kept for models built by hand
         raise OperationFailed(f"inventory {cluster.inventory_dir} has no Slurm controller")
     return controllers[0]
-
-
-def as_root(node: Node, command: str) -> str:
-    """`command` as root on `node`: itself when kiln logs in as root, else through `sudo -n`."""
-    user = str(node.hostvars.get("ansible_user") or node.hostvars.get("ansible_ssh_user") or "")
-    if user == "root":
-        return command
-    return f"sudo -n sh -c {shlex.quote(command)}"
 
 
 class Controller:

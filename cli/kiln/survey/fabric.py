@@ -31,11 +31,10 @@ def ibnetdiscover_node(cluster: Cluster, name: str | None) -> Node:
 
 
 def run_ibnetdiscover(node: Node, timeout: float = 300.0) -> str:
-    """ibnetdiscover's output on `node`, over SSH; sudo -n unless the user is root."""
-    from kiln.fleet import run_command  # paramiko only when it is used
+    """ibnetdiscover's output on `node`, over SSH, as root (kiln.fleet.as_root)."""
+    from kiln.fleet import as_root, run_command  # paramiko only when it is used
 
-    user = node.hostvars.get("ansible_user") or node.hostvars.get("ansible_ssh_user")
-    command = "ibnetdiscover" if user in (None, "root") else "sudo -n ibnetdiscover"
+    command = as_root(node, "ibnetdiscover")
     result = run_command([node], command, fanout=1, timeout=timeout).results[0]
     if result.status != "ok":
         why = result.error or result.stderr.strip()[-300:] or f"exit {result.exit_code}"
