@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from kiln.parsers._common import norm_guid
+from kiln.parsers import norm_guid
 
 _GUID = re.compile(r"^(0x)?[0-9a-fA-F]{16}$")
 _PCI = re.compile(r"^([0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")

@@ -33,7 +33,7 @@ from pathlib import Path
 from kiln.errors import InvalidInputError
 from kiln.fabric.bandwidth import LINE_RATE_GBPS
 from kiln.inventory import Cluster
-from kiln.parsers._common import SkippedLine
+from kiln.parsers import SkippedLine
 from kiln.parsers.ibnetdiscover import DeclaredGuids, IbFabric, owner_of, parse_ibnetdiscover
 from kiln.parsers.ibnetdiscover import declared_guids as guid_bindings
 from kiln.render import MANAGED_HEADER, environment

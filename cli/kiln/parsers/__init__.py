@@ -38,4 +38,8 @@ class ParseError(OperationFailed):
         self.line = line
 
 
-__all__ = ["ParseError"]
+# What other packages read of the parsers' shared helpers (kiln.fabric: GUIDs, skipped lines);
+# _common is the parsers' own. Imported here, after ParseError, which _common needs.
+from kiln.parsers._common import SkippedLine, norm_guid  # noqa: E402
+
+__all__ = ["ParseError", "SkippedLine", "norm_guid"]
