@@ -33,7 +33,6 @@ STATUS_MODULE = "kiln.records.status"
 ONLY_HOST_STATUS = {HostStatus.NOT_RUN.value, HostStatus.ABORTED.value}
 WORDS = {status.value for status in HostStatus}
 
-PROVISION_ROOM = "moves with #29's provision room"
 OTHERS_FILES = "another engineer's files in #29 (judging/columns.py, compact_table.py, ...)"
 HEALTH_READS_FLEET = (
     "kiln.fleet.Status's words (a command's outcome over SSH, not a host's result): health is "
@@ -41,10 +40,6 @@ HEALTH_READS_FLEET = (
 )
 ALLOWED: dict[str, str] = {
     # a finding, as the checks below spell it: why it stays for now
-    "kiln.commands.slurm: imports kiln.commands.provision._confirm": PROVISION_ROOM,
-    "kiln.commands.provision: host-status word 'aborted'": PROVISION_ROOM,
-    "kiln.commands.provision: host-status word 'not_run'": PROVISION_ROOM,
-    "kiln.commands.provision: second host-status vocabulary": PROVISION_ROOM,
     "kiln.health.results: second host-status vocabulary": HEALTH_READS_FLEET,
     "kiln.judging.columns: imports kiln.judging._rules._new_verdict": OTHERS_FILES,
     "kiln.judging.columns: imports kiln.judging.rules_allreduce._judge_correct": OTHERS_FILES,

@@ -14,6 +14,7 @@ from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
 from kiln.console import err, folded, out, print_json, safe
 from kiln.errors import ExitCode, InvalidInputError
 from kiln.plan.stages import Stage
+from kiln.records.status import HostStatus
 from kiln.runner.result import RunResult
 
 if TYPE_CHECKING:  # kiln.inventory loads pydantic: not on the path of `kiln --help`
@@ -22,17 +23,18 @@ if TYPE_CHECKING:  # kiln.inventory loads pydantic: not on the path of `kiln --h
     from kiln.provision import Probed, ProvisionOutcome
 
 STATUS_STYLE = {
-    "ok": "green",
-    "changed": "yellow",
-    "failed": "bold red",
-    "unreachable": "bold magenta",
-    "aborted": "red",
-    "not_run": "dim",
-    "unchanged": "dim green",
+    HostStatus.OK: "green",
+    HostStatus.CHANGED: "yellow",
+    HostStatus.FAILED: "bold red",
+    HostStatus.UNREACHABLE: "bold magenta",
+    HostStatus.ABORTED: "red",
+    HostStatus.NOT_RUN: "dim",
+    "unchanged": "dim green",  # the drift probe's skip: no run, so no HostStatus
 }
 
 
-def _confirm(cluster: Cluster, stages: list[Stage], yes: bool, check: bool) -> None:
+def confirm_or_refuse(cluster: Cluster, stages: list[Stage], yes: bool, check: bool) -> None:
+    """Ask on a terminal before touching hosts (not with --yes or --check); refuse without one."""
     if yes or check:
         return
     if not (sys.stdin.isatty() and err.is_terminal):
@@ -63,7 +65,7 @@ def render_summary(result: RunResult) -> None:
     out.print(folded(table))
     for entry in result.stages:
         for host, outcome in entry["hosts"].items():
-            if outcome["status"] in ("failed", "unreachable"):
+            if outcome["status"] in (HostStatus.FAILED, HostStatus.UNREACHABLE):
                 out.print(
                     f"{entry['name']}: {safe(host)} {outcome['status']} at "
                     f"'{safe(outcome['failed_task'])}': {safe(outcome['message'])}"
@@ -144,7 +146,7 @@ def provision(
 
     class Events:
         def confirm(self, plan: Plan) -> None:
-            _confirm(cluster, [planned.stage for planned in plan.stages], yes, check)
+            confirm_or_refuse(cluster, [planned.stage for planned in plan.stages], yes, check)
 
         def note(self, line: str) -> None:
             say(line)

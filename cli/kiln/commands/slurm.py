@@ -10,7 +10,7 @@ import typer
 from kiln.commands._lock import cluster_lock
 from kiln.commands._progress import StageDisplay
 from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
-from kiln.commands.provision import _confirm, render_summary
+from kiln.commands.provision import confirm_or_refuse, render_summary
 from kiln.console import err, print_json, safe
 from kiln.inventory import require_valid
 from kiln.plan.stages import select_stages
@@ -44,7 +44,7 @@ def rotate_munge_key(
 
     cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     stages = tuple(select_stages("slurm"))
-    _confirm(cluster, list(stages), yes, check=False)
+    confirm_or_refuse(cluster, list(stages), yes, check=False)
     # The munge role makes the key, copies it everywhere, restarts munge, then proves that a
     # controller credential decodes on every node: the run's result is the report.
     plan = make_plan(cluster, PlanOptions(stages=stages, extravars=ROTATE_EXTRAVARS))
