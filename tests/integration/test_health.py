@@ -50,8 +50,9 @@ def reasons() -> dict[str, tuple[str, str]]:
 
 
 def setting(shown: str, name: str) -> str | None:
-    """A value of `scontrol show config` ("Name   = value")."""
-    match = re.search(rf"^{name}\s*=\s*(.*?)\s*$", shown, re.MULTILINE)
+    """A value of `scontrol show config` ("Name   = value"; Slurm 23.11+ numbers the entries of
+    a list setting: "Prolog[0]   = value", the first one taken)."""
+    match = re.search(rf"^{name}(?:\[0\])?\s*=\s*(.*?)\s*$", shown, re.MULTILINE)
     return match[1] if match else None
 
 
