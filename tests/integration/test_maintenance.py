@@ -99,7 +99,11 @@ def fresh(*nodes: str) -> None:
     """Nodes in service without the work's marker (after an interrupted earlier run)."""
     for node in nodes:
         on(node, "rm", "-f", DONE)
-        if "|kiln:maintenance:itest-" in state(node) or f"|{FAILED_BURNIN}" in state(node):
+        now = state(node)
+        # Slurm 23.11+ keeps a resumed node's last reason (Debian 13's 24.11 shows "idle|<it>"):
+        # only a node still drained with it needs resuming
+        drained = now.split("|")[0].startswith("drain")  # drain, drained, draining
+        if drained and ("|kiln:maintenance:itest-" in now or f"|{FAILED_BURNIN}" in now):
             on(CTL, "scontrol", "update", f"nodename={node}", "state=resume")
     wait_for(lambda: all(state(node).startswith("idle|") for node in nodes))
 

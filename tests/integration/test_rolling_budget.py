@@ -54,7 +54,7 @@ APPLY = """\
 ---
 - name: Fail when another node is drained for maintenance while this one is changed
   ansible.builtin.shell: >-
-    sinfo --noheader --Node --format='%N|%E' | grep '|kiln:maintenance:'
+    sinfo --noheader --Node --format='%N|%T|%E' | grep -E '^[^|]+[|]drain[a-z]*[|]kiln:maintenance:'
     | grep -v '^{{ inventory_hostname }}|' | sort -u; sleep 4
   delegate_to: "{{ groups['kiln_controllers'][0] }}"
   register: __others
@@ -63,21 +63,23 @@ APPLY = """\
 """
 
 
-def maintenance_drains() -> set[str]:
+def drained_reasons() -> dict[str, str]:
+    """Node -> reason of every drained (or draining) node. Slurm 23.11+ keeps a resumed node's
+    last reason (Debian 13's 24.11 shows it beside "idle"), so a reason alone is no drain."""
     out = subprocess.run(
-        ["docker", "exec", CTL, "sinfo", "--noheader", "--Node", "--format", "%N|%E"],
+        ["docker", "exec", CTL, "sinfo", "--noheader", "--Node", "--format", "%N|%T|%E"],
         capture_output=True, text=True, check=False, timeout=30,
     ).stdout  # fmt: skip
-    return {line.split("|")[0] for line in out.splitlines() if "|kiln:maintenance:" in line}
+    rows = [line.split("|", 2) for line in out.splitlines() if line.count("|") >= 2]
+    return {name: reason for name, state, reason in rows if state.startswith("drain")}
+
+
+def maintenance_drains() -> set[str]:
+    return {name for name, reason in drained_reasons().items() if "kiln:maintenance:" in reason}
 
 
 def resume_ours(run_id: str) -> None:
-    out = subprocess.run(
-        ["docker", "exec", CTL, "sinfo", "--noheader", "--Node", "--format", "%N|%E"],
-        capture_output=True, text=True, check=False, timeout=30,
-    ).stdout  # fmt: skip
-    for line in out.splitlines():
-        name, _, reason = line.partition("|")
+    for name, reason in drained_reasons().items():
         if reason.startswith(f"kiln:maintenance:{run_id}:"):
             subprocess.run(["docker", "exec", CTL, "scontrol", "update", f"nodename={name}",
                             "state=resume"], check=False, timeout=30)  # fmt: skip

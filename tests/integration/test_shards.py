@@ -9,8 +9,8 @@ sharded run write /etc/hosts would shrink it on the shared containers. Slurm is 
 
 The worker test makes kiln-ctl a worker controller as docs/scale.md describes one: a venv with
 kiln installed (which brings ansible-runner and ansible; kiln's roles call kiln's own code through
-filter plugins), from wheels built here (containers cannot reach PyPI through this machine's
-proxy): about 30 s. Set KILN_TEST_WORKER=0 to skip it.
+filter plugins), from wheels fetched here for the controller's Python (containers cannot reach
+PyPI through this machine's proxy): about 30 s. Set KILN_TEST_WORKER=0 to skip it.
 """
 
 from __future__ import annotations
@@ -102,7 +102,24 @@ def _install_worker(sandbox, wheels: Path) -> str:
     pip = str(Path(sys.executable).parent / "pip")
     subprocess.run([pip, "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)], check=True)
     [kiln_wheel] = wheels.glob("kiln-*.whl")
-    subprocess.run([pip, "wheel", "-q", "-w", str(wheels), str(kiln_wheel)], check=True)
+    # kiln's dependencies as wheels for the controller's Python (3.13 on Debian 13, not this
+    # machine's): binary wheels of another Python do not install there
+    version = subprocess.run(
+        ["docker", "exec", "kiln-ctl", "python3", "-c",
+         "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    platforms = [
+        arg
+        for tag in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+        for arg in ("--platform", tag)
+    ]
+    subprocess.run(
+        [pip, "download", "-q", "--only-binary=:all:", "--python-version", version,
+         "--implementation", "cp", *platforms, "-c", str(ROOT / "constraints.txt"),
+         "-d", str(wheels), str(kiln_wheel)],
+        check=True,
+    )  # fmt: skip
     subprocess.run(["docker", "cp", str(wheels), "kiln-ctl:/tmp/kiln-wheels"], check=True)
     install = (
         "set -e; python3 -c 'import ensurepip' 2>/dev/null || (apt-get update -qq && "

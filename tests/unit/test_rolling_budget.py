@@ -4,7 +4,7 @@ stage) out of service for kiln's rolling changes at once, over every shard toget
 Shards are separate ansible-playbook processes, so the budget is kept where all of them meet:
 Slurm, under a lock on the controller (playbooks/roles/slurm_maintenance/files/budget.sh). The
 script runs here for real (bash, flock) against the Slurm stand-ins of tests/slurm_doubles.py
-plus an `sinfo` that prints `%N|%E` from the same node states; the `local` tests run the role
+plus an `sinfo` that prints `%N|%T|%E` from the same node states; the `local` tests run the role
 through real ansible-playbook, two processes at once as two shards of one run.
 """
 
@@ -35,9 +35,10 @@ def ours(change: str = "nccl 2.21.5 -> 2.23.4", run: str = RUN) -> str:
     return f"kiln:maintenance:{run}: {change}"
 
 
-# `sinfo --noheader --Node --format=%N|%E` over the stand-in's node files: one line per node
-# and partition, as Slurm prints it (a node in two partitions is listed twice), "none" for a
-# node with no reason. KILN_FAKE_SINFO_DELAY widens the window between reading and draining.
+# `sinfo --noheader --Node --format=%N|%T|%E` over the stand-in's node files: one line per node
+# and partition, as Slurm prints it (a node in two partitions is listed twice; the state as sinfo
+# words it: IDLE+DRAIN is "drained", ALLOCATED+DRAIN "draining"), "none" for a node with no
+# reason. KILN_FAKE_SINFO_DELAY widens the window between reading and draining.
 SINFO = r"""#!PYTHON
 import json, os, pathlib, sys, time
 
@@ -46,7 +47,15 @@ if (state / "down").exists():
     sys.stderr.write("slurm_load_partitions: Unable to contact slurm controller "
                      "(connect failure)\n")
     sys.exit(1)
-assert sys.argv[1:] == ["--noheader", "--Node", "--format=%N|%E"], sys.argv
+assert sys.argv[1:] == ["--noheader", "--Node", "--format=%N|%T|%E"], sys.argv
+
+
+def sinfo_state(scontrol):
+    base, *flags = scontrol.upper().split("+")
+    if "DRAIN" in flags:
+        return "drained" if base in ("IDLE", "DOWN") else "draining"
+    return base.lower()
+
 for path in sorted(state.iterdir()):
     try:
         node = json.loads(path.read_text())
@@ -54,7 +63,8 @@ for path in sorted(state.iterdir()):
         continue
     if isinstance(node, dict) and "state" in node:
         for _ in range(node.get("partitions", 1)):
-            print("%s|%s" % (path.name, node.get("reason") or "none"))
+            print("%s|%s|%s" % (path.name, sinfo_state(node["state"]),
+                                node.get("reason") or "none"))
 time.sleep(float(os.environ.get("KILN_FAKE_SINFO_DELAY", "0")))
 """
 
@@ -92,6 +102,21 @@ def test_nodes_are_drained_when_they_fit_beside_the_maintenance_drains(tmp_path)
     assert (rc, said) == (0, {"drained": ["n03", "n04"]})
     assert node(state, "n03") == {"state": "IDLE+DRAIN", "reason": ours()}
     assert node(state, "n04") == {"state": "IDLE+DRAIN", "reason": ours("other change")}
+
+
+def test_a_resumed_node_that_kept_its_reason_holds_no_slot(tmp_path):
+    """Slurm 23.11+ keeps a resumed node's last reason (Debian 13's 24.11 showed a node "idle"
+    with kiln:maintenance:... after kiln resumed it): only a node out of service holds a slot."""
+    state, env = slurm(tmp_path, {
+        "n01": {"state": "IDLE", "reason": ours(run=EARLIER)},  # resumed; the reason stayed
+        "n02": {"state": "MIXED+DRAIN", "reason": ours()},  # draining for this run: a slot
+        "n03": {"state": "IDLE"},
+    })  # fmt: skip
+    rc, said = take(env, 2, "n03", ours(), tmp=tmp_path)
+    assert (rc, said) == (0, {"drained": ["n03"]})
+    assert node(state, "n03") == {"state": "IDLE+DRAIN", "reason": ours()}
+    rc, said = take(env, 1, "n01", ours(), tmp=tmp_path)  # n02 and n03 fill a budget of one
+    assert rc == 75 and said == {"held": ["n02", "n03"]}
 
 
 def test_a_batch_is_drained_whole_or_not_at_all_and_waits_for_this_runs_nodes(tmp_path):
@@ -210,8 +235,9 @@ def test_plan_says_batches_per_shard_and_the_budget_over_all_shards(tmp_path):
 APPLY = """\
 - name: Note which nodes Slurm shows drained for maintenance while this one is changed
   ansible.builtin.shell: >-
-    echo "{{ inventory_hostname }} $(sinfo --noheader --Node --format='%N|%E'
-    | grep '|kiln:maintenance:' | cut -d'|' -f1 | sort -u | tr '\\n' ' ')" >> LOG; sleep 2
+    echo "{{ inventory_hostname }} $(sinfo --noheader --Node --format='%N|%T|%E'
+    | grep -E '^[^|]+[|]drain[a-z]*[|]kiln:maintenance:' | cut -d'|' -f1 | sort -u
+    | tr '\\n' ' ')" >> LOG; sleep 2
   changed_when: true
 """
 CHECK = """\

@@ -4,8 +4,9 @@
 # the nodes out of service for kiln's rolling changes: every node whose drain reason is
 # kiln:maintenance:..., whichever shard or run placed it. When the nodes asked for fit beside
 # them (at most BUDGET in all; 0: no budget), drains each with its REASON; else drains none.
-# Slurm's own reasons are the slots: a node resumed has no reason and frees its slot, a node a
-# killed or failed run left drained keeps it, and nothing else has to be released.
+# Slurm's own reasons are the slots, on nodes out of service (drained, draining, down or failed):
+# a node resumed frees its slot (Slurm 23.11+ keeps its last reason beside "idle", which holds
+# nothing), a node a killed or failed run left drained keeps it, and nothing else is released.
 # Prints "@@kiln-budget <word> <node> [reason]" lines; exit 0: drained (each "drained"), 75: full,
 # and some holder is this run's, still at work ("held"), 76: full, and every holder stays
 # drained ("stays": an earlier run's drain, or one DIR/left/<node> says this run left after a
@@ -20,13 +21,14 @@ if ! flock -w 60 9; then
   echo "$mark error the budget's lock $dir/lock stayed busy for 60 s"
   exit 1
 fi
-if ! listing=$(sinfo --noheader --Node --format='%N|%E' 2>&1); then
+if ! listing=$(sinfo --noheader --Node --format='%N|%T|%E' 2>&1); then
   echo "$mark error sinfo: ${listing//$'\n'/ }"
   exit 1
 fi
 declare -A seen=()
 holders=()
-while IFS='|' read -r node reason; do  # the reason is the rest of the line, "|" and all
+while IFS='|' read -r node state reason; do  # the reason is the rest of the line, "|" and all
+  [[ $state == drain* || $state == down* || $state == fail* ]] || continue
   [[ $reason == kiln:maintenance:* && -z ${seen[$node]:-} ]] || continue
   seen[$node]=1
   holders+=("$node|$reason")
