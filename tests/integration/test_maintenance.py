@@ -95,16 +95,21 @@ def done_on(node: str) -> bool:
     return subprocess.run(["docker", "exec", node, "test", "-e", DONE], check=False).returncode == 0
 
 
+def resume_drained(node: str, *reasons: str) -> None:
+    """Resume `node` when it is drained with a reason starting with one of `reasons`. Slurm
+    23.11+ keeps a resumed node's last reason (Debian 13's 24.11 shows "idle|<it>"), so the
+    state is read beside it."""
+    now = state(node)
+    drained = now.split("|")[0].startswith("drain")  # drain, drained, draining
+    if drained and any(f"|{reason}" in now for reason in reasons):
+        on(CTL, "scontrol", "update", f"nodename={node}", "state=resume")
+
+
 def fresh(*nodes: str) -> None:
     """Nodes in service without the work's marker (after an interrupted earlier run)."""
     for node in nodes:
         on(node, "rm", "-f", DONE)
-        now = state(node)
-        # Slurm 23.11+ keeps a resumed node's last reason (Debian 13's 24.11 shows "idle|<it>"):
-        # only a node still drained with it needs resuming
-        drained = now.split("|")[0].startswith("drain")  # drain, drained, draining
-        if drained and ("|kiln:maintenance:itest-" in now or f"|{FAILED_BURNIN}" in now):
-            on(CTL, "scontrol", "update", f"nodename={node}", "state=resume")
+        resume_drained(node, "kiln:maintenance:itest-", FAILED_BURNIN)
     wait_for(lambda: all(state(node).startswith("idle|") for node in nodes))
 
 
@@ -245,8 +250,7 @@ def seen(node: str) -> tuple[dict[str, str], str]:
 def clean_rolling(*nodes: str) -> None:
     for node in nodes:
         on(node, "rm", "-f", SEEN, FAIL)
-        if "|kiln:maintenance:itest-" in state(node):
-            on(CTL, "scontrol", "update", f"nodename={node}", "state=resume")
+        resume_drained(node, "kiln:maintenance:itest-")
 
 
 def test_a_rolling_change_drains_changes_and_resumes_batch_1_before_batch_2_starts(
