@@ -120,13 +120,14 @@ def _install_worker(sandbox, wheels: Path) -> str:
          "-d", str(wheels), str(kiln_wheel)],
         check=True,
     )  # fmt: skip
-    subprocess.run(["docker", "cp", str(wheels), "kiln-ctl:/tmp/kiln-wheels"], check=True)
+    # /var/tmp: Debian 13 mounts a tmpfs on /tmp, which hides what docker cp puts there
+    subprocess.run(["docker", "cp", str(wheels), "kiln-ctl:/var/tmp/kiln-wheels"], check=True)
     install = (
         "set -e; python3 -c 'import ensurepip' 2>/dev/null || (apt-get update -qq && "
         "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null); "
         f"rm -rf {WORKER_VENV}; python3 -m venv {WORKER_VENV}; "
-        f"{WORKER_VENV}/bin/pip install -q --no-index --find-links /tmp/kiln-wheels kiln; "
-        "rm -rf /tmp/kiln-wheels"
+        f"{WORKER_VENV}/bin/pip install -q --no-index --find-links /var/tmp/kiln-wheels kiln; "
+        "rm -rf /var/tmp/kiln-wheels"
     )
     subprocess.run(["docker", "exec", "kiln-ctl", "sh", "-c", install], check=True, timeout=900)
     # The worker reaches the nodes with the inventory's key and known_hosts, at the same paths.
