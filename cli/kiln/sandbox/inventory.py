@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kiln.sandbox.config import Node, Paths, nodes
-from kiln.sandbox.releases import RELEASES, Release
+from kiln.sandbox.releases import DEFAULT, RELEASES, Release
 
 CLUSTER_NAME = "sandbox"
 HEADER = "# The local sandbox cluster, written by `kiln sandbox up --nodes {n}`.\n"
@@ -43,7 +43,7 @@ def render_hosts(count: int) -> str:
     )
 
 
-def render_group_vars(paths: Paths, release: Release = RELEASES["debian-13"]) -> str:
+def render_group_vars(paths: Paths, release: Release = RELEASES[DEFAULT]) -> str:
     key = paths.display(paths.private_key)
     known_hosts = paths.display(paths.known_hosts)
     return (
@@ -84,7 +84,7 @@ def render_group_vars(paths: Paths, release: Release = RELEASES["debian-13"]) ->
     )
 
 
-def render(count: int, paths: Paths, release: Release = RELEASES["debian-13"]) -> dict[str, str]:
+def render(count: int, paths: Paths, release: Release = RELEASES[DEFAULT]) -> dict[str, str]:
     """Relative path -> content of every file of the inventory."""
     return {
         "hosts.yml": render_hosts(count),
