@@ -7,7 +7,9 @@ round to the next (a busy moment hits every side, and neither always goes first)
 and median wall time, and the peak RSS; per round: kiln's time over ansible-inventory's, whose
 median is the figure held to the goal. Every run must exit 0, and both sides must read the same
 hosts (the hosts in ansible-inventory's JSON == the controllers and compute nodes kiln reports).
-Goals (issue 21) at 12,500 nodes: validate at most 0.08x ansible-inventory, plan at most 0.1x.
+Goals at 12,500 nodes: validate at most 0.08x ansible-inventory, plan at most 0.1x (issue 21);
+validate and plan together, a round's two kiln times summed over its ansible-inventory time, at
+most 0.15x (issue 29: what a user pays to check and then plan an inventory).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 from kiln.examples import write_example
 
 BIN = Path(sys.executable).parent
-GOALS = {"validate": 0.08, "plan": 0.10}  # issue 21, at GOAL_NODES
+GOALS = {"validate": 0.08, "plan": 0.10, "val+plan": 0.15}  # issues 21 and 29, at GOAL_NODES
 GOAL_NODES = 12500
 COUNTS = re.compile(r"(\d+) controller\(s\), (\d+) compute nodes")
 
@@ -90,6 +92,11 @@ def measure(nodes: int, pairs: int, work: Path, skip_ansible: bool) -> dict[str,
     if len(counts) != 1:
         sys.exit(f"{nodes} nodes: the sides read different hosts: {walls['hosts']}")
     walls["host_count"] = counts.pop()
+    # Issue 29's figure: validate and plan of the same round, summed, so each sum is paired with
+    # that round's ansible-inventory run like the single sides are.
+    if "validate" in walls and "plan" in walls:
+        walls["val+plan"] = [v + p for v, p in zip(walls["validate"], walls["plan"], strict=True)]
+        walls["rss"]["val+plan"] = max(walls["rss"]["validate"], walls["rss"]["plan"])
     return walls
 
 
@@ -107,13 +114,13 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="kiln-bench-"))
     print(
         f"{'nodes':>6} {'hosts':>6} {'side':<9} {'min s':>7} {'median s':>9} {'MiB':>5} "
-        f"{'us/node':>8} {'kiln/ansible (median of pairs)':>31} {'goal':>14}"
+        f"{'us/node':>8} {'kiln/ansible (median of pairs)':>31} {'goal':>16}"
     )
     failed = []
     try:
         for nodes in sizes:
             walls = measure(nodes, args.pairs, work, args.skip_ansible)
-            for name in ("ansible", "validate", "plan"):
+            for name in ("ansible", "validate", "plan", "val+plan"):
                 if name not in walls:
                     continue
                 low, mid = min(walls[name]), statistics.median(walls[name])
@@ -124,17 +131,17 @@ def main() -> int:
                     ratio = f"{median:.3f}x (min/min {low / min(walls['ansible']):.3f}x)"
                     if nodes == GOAL_NODES:
                         met = median <= GOALS[name]
-                        goal = f"<= {GOALS[name]}x {'met' if met else 'MISSED'}"
+                        goal = f"<= {GOALS[name]}x {'met' if met else 'NOT met'}"
                         failed += [] if met else [f"{name} {median:.3f}x > {GOALS[name]}x"]
                 print(
                     f"{nodes:>6} {walls['host_count']:>6} {name:<9} {low:>7.2f} {mid:>9.2f} "
-                    f"{walls['rss'][name]:>5.0f} {low / nodes * 1e6:>8.0f} {ratio:>31} {goal:>14}",
+                    f"{walls['rss'][name]:>5.0f} {low / nodes * 1e6:>8.0f} {ratio:>31} {goal:>16}",
                     flush=True,
                 )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if failed:
-        print(f"goal missed at {GOAL_NODES} nodes: {'; '.join(failed)}")
+        print(f"goal NOT met at {GOAL_NODES} nodes: {'; '.join(failed)}")
     return 0
 
 
