@@ -123,6 +123,11 @@ def test_each_stage_gets_the_shards_plan_shards_gives(tmp_path: Path):
         assert {len(stage.hosts) for stage in plan.stages} == {98, 100, 101}
         for stage in plan.stages:
             expected = plan_shards(
-                cluster, list(stage.hosts), shard_by=shard_by, shard_size=40, workers=()
+                cluster,
+                list(stage.hosts),
+                shard_by=shard_by,
+                shard_size=40,
+                workers=(),
+                batch_size=plan.rollout.batch_size,
             )
             assert list(stage.shards) == expected, (shard_by, stage.name)

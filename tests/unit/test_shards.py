@@ -15,7 +15,8 @@ from types import SimpleNamespace
 import pytest
 from test_runner import SMOKE, FakeRunner, ev, local_cluster, plan_options, provision_run, stats
 
-from kiln.plan import shards
+from kiln.plan import build as plan_build
+from kiln.plan import make_plan, shards
 from kiln.plan.stages import REFRESH, Stage
 from kiln.records import runs as records
 from kiln.runner import engine, workers
@@ -528,9 +529,19 @@ def test_provision_runs_as_many_shards_as_the_memory_budget_allows(tmp_path, run
         limits.append(real(*args, cpu_count=64, **kwargs))
         return limits[-1]
 
-    monkeypatch.setattr(runner_execute, "parallel_limit", spy)
+    monkeypatch.setattr(plan_build, "parallel_limit", spy)
+    pools: list[int] = []
+    pool = runner_execute.ThreadPoolExecutor
+
+    def sized(max_workers, **kwargs):
+        pools.append(max_workers)
+        return pool(max_workers=max_workers, **kwargs)
+
+    monkeypatch.setattr(runner_execute, "ThreadPoolExecutor", sized)
     cluster = fleet(tmp_path, shard_by="count", shard_size=1, controller_memory_gib=0.9, forks=20)
+    plan = make_plan(cluster, plan_options([STAGE]), tmp_path / "state")
+    # (922 - 128 MiB) / (90 + 20 x 15 MiB) per shard, though 64 cores and 6 shards
+    assert limits == [2] and plan.stages[0].parallel == 2  # sized when the plan is made
     summary = provision_run(cluster, plan_options([STAGE]), state=tmp_path / "state")
     assert summary["exit_code"] == 0
-    # (922 - 128 MiB) / (90 + 20 x 15 MiB) per shard, though 64 cores and 6 shards
-    assert limits == [2]
+    assert pools == [2]  # the runner runs what the plan sized

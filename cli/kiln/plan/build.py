@@ -15,8 +15,16 @@ from kiln.inventory import Cluster
 from kiln.inventory.batches import normalize_batch_size, split_batches
 from kiln.plan.files import render_etc_hosts, render_files
 from kiln.plan.hostpattern import check_patterns, select_hosts
-from kiln.plan.model import RUN_INVENTORY, NewNodes, Plan, PlanOptions, Rollout, StagePlan
-from kiln.plan.shards import always_included, plan_shards, worker_hosts
+from kiln.plan.model import (
+    RUN_INVENTORY,
+    Export,
+    NewNodes,
+    Plan,
+    PlanOptions,
+    Rollout,
+    StagePlan,
+)
+from kiln.plan.shards import Shard, always_included, parallel_limit, plan_shards, worker_hosts
 from kiln.plan.stages import REFRESH, Stage, available_stages, stage_hosts
 from kiln.records.runs import provisioned_hosts, retry_hosts, state_dir
 
@@ -38,7 +46,12 @@ def make_plan(
         if tuple(hosts) not in shards:
             shards[tuple(hosts)] = tuple(
                 plan_shards(
-                    cluster, hosts, shard_by=shard_by, shard_size=shard_size, workers=workers
+                    cluster,
+                    hosts,
+                    shard_by=shard_by,
+                    shard_size=shard_size,
+                    workers=workers,
+                    batch_size=rollout.batch_size,
                 )
             )
     planned = tuple(
@@ -47,6 +60,7 @@ def make_plan(
             tuple(hosts),
             tuple(tuple(b) for b in split_batches(hosts, rollout.batch_size)),
             shards[tuple(hosts)],
+            _parallel(rollout, shards[tuple(hosts)], machines=len(workers) or 1),
         )
         for stage, hosts in runs
     )
@@ -74,6 +88,17 @@ def _rollout(cluster: Cluster, options: PlanOptions) -> Rollout:
         max_parallel_shards=spec.max_parallel_shards if parallel is None else parallel,
         controller_memory_gib=spec.controller_memory_gib,
         worker_runner=spec.worker_runner,
+    )
+
+
+def _parallel(rollout: Rollout, shards: tuple[Shard, ...], *, machines: int) -> int:
+    """How many of a stage's compute shards run at once (the controllers' runs alone first)."""
+    return parallel_limit(
+        rollout.max_parallel_shards,
+        sum(1 for shard in shards if not shard.controllers),
+        forks=rollout.forks,
+        memory_gib=rollout.controller_memory_gib,
+        machines=machines,
     )
 
 
@@ -134,15 +159,15 @@ def _stage_hosts(
     return runs, NewNodes(tuple(new), tuple(existing), tuple(refresh if new else ()))
 
 
-def _exports(cluster: Cluster, stages: tuple[StagePlan, ...]) -> dict[str, tuple[str, ...]]:
-    """What each inventory export holds: every node for the run; for each shard name, its
-    hosts in every stage plus the controllers, in inventory order."""
+def _exports(cluster: Cluster, stages: tuple[StagePlan, ...]) -> dict[str, Export]:
+    """The inventory exports: every node for the run; for each shard name, its hosts in every
+    stage plus the controllers, in inventory order."""
     everyone = [node.name for node in cluster.nodes]
     members: dict[str, set[str]] = {}
     for stage in stages:
         for shard in stage.shards:
             members.setdefault(shard.name, set(always_included(cluster))).update(shard.hosts)
-    exports = {RUN_INVENTORY: tuple(everyone)}
+    exports = {RUN_INVENTORY: Export(RUN_INVENTORY, tuple(everyone), cluster)}
     for name, keep in members.items():
-        exports[name] = tuple(host for host in everyone if host in keep)
+        exports[name] = Export(name, tuple(host for host in everyone if host in keep), cluster)
     return exports

@@ -6,8 +6,9 @@ and neither plans nor renders.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -17,7 +18,7 @@ from kiln.inventory.batches import disruption_budget
 from kiln.inventory.export import render_inventory
 from kiln.plan.files import GeneratedFile
 from kiln.plan.rolling import Rolling, stage_rolling
-from kiln.plan.shards import Shard
+from kiln.plan.shards import Shard, narrowed
 from kiln.plan.stages import Stage
 from kiln.render.hostlist import compress
 
@@ -64,6 +65,7 @@ class StagePlan:
     hosts: tuple[str, ...]
     batches: tuple[tuple[str, ...], ...]  # the rolling batches over the whole stage
     shards: tuple[Shard, ...]
+    parallel: int = 1  # compute shards run at once (kiln.plan.shards.parallel_limit)
 
     @property
     def name(self) -> str:
@@ -91,6 +93,24 @@ class NewNodes:
 
 
 @dataclass(frozen=True)
+class Export:
+    """One inventory export: the hosts its hosts.json holds, and that file's text.
+
+    The text is rendered from the model on first read and kept: a run reads every export once,
+    while `kiln plan`, which reads none, does not pay for rendering them (about as much again
+    as the whole plan at 12,500 nodes).
+    """
+
+    name: str
+    hosts: tuple[str, ...]
+    cluster: Cluster = field(repr=False, compare=False)
+
+    @cached_property
+    def text(self) -> str:
+        return render_inventory(self.cluster, list(self.hosts))
+
+
+@dataclass(frozen=True)
 class Plan:
     cluster: Cluster
     options: PlanOptions
@@ -99,9 +119,9 @@ class Plan:
     stages: tuple[StagePlan, ...]
     files: tuple[GeneratedFile, ...]  # slurm.conf, gres.conf, cgroup.conf, topology.conf
     etc_hosts: GeneratedFile
-    # The hosts each inventory export holds: RUN_INVENTORY (every node), then one per shard name
-    # (its hosts in every stage, plus the controllers).
-    exports: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    # The inventory exports: RUN_INVENTORY (every node), then one per shard name (its hosts in
+    # every stage, plus the controllers).
+    exports: Mapping[str, Export] = field(default_factory=lambda: MappingProxyType({}))
     workers: Mapping[str, Node] = field(default_factory=lambda: MappingProxyType({}))
     new_nodes: NewNodes | None = None
 
@@ -109,9 +129,14 @@ class Plan:
     def inventory_dir(self) -> Path:
         return Path(self.cluster.inventory_dir).resolve()
 
-    def inventory_text(self, name: str) -> str:
-        """The Ansible inventory (hosts.json) of export `name`, rendered from the model."""
-        return render_inventory(self.cluster, list(self.exports[name]))
+    def shards_left(self, stage: StagePlan, hosts: Collection[str]) -> tuple[Shard, ...]:
+        """The stage's shards on `hosts` only (those earlier stages left to it), each with the
+        batches its hosts make; a shard left without hosts is dropped."""
+        if len(hosts) == len(stage.hosts):  # nothing held back: the shards as planned
+            return stage.shards
+        keep = set(hosts)
+        shards = (narrowed(shard, keep, self.rollout.batch_size) for shard in stage.shards)
+        return tuple(shard for shard in shards if shard.hosts)
 
     def rolling(self, stage: StagePlan) -> Rolling | None:
         """How the stage's disruptive changes (kiln.plan.rolling) would roll; None: it has none."""

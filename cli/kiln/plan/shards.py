@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kiln.inventory import Cluster
+from kiln.inventory.batches import batches_needed
 
 CONTROLLERS_SHARD = "controllers"
 WORKERS_GROUP = "kiln_workers"
@@ -35,9 +37,16 @@ class Shard:
     hosts: tuple[str, ...]
     controllers: bool = False
     worker: str | None = None  # a kiln_workers host that runs it; None: this controller
+    batches: int = 0  # the rolling batches Ansible's `serial` makes of its hosts
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "hosts": list(self.hosts), "worker": self.worker}
+
+
+def narrowed(shard: Shard, keep: Collection[str], batch_size: str) -> Shard:
+    """`shard` on the hosts in `keep` only, with the batches `serial` makes of those."""
+    hosts = tuple(host for host in shard.hosts if host in keep)
+    return replace(shard, hosts=hosts, batches=batches_needed(len(hosts), batch_size))
 
 
 def _safe(text: str) -> str:
@@ -51,6 +60,7 @@ def plan_shards(
     shard_by: str = "rack_group",
     shard_size: int = 512,
     workers: tuple[str, ...] | list[str] = (),
+    batch_size: str = "100%",
 ) -> list[Shard]:
     """The shards of `hosts`, in run order: the controllers alone, then the others by
     `shard_by`: whole racks packed into shards of at most `shard_size` hosts (`rack_group`; a
@@ -58,14 +68,18 @@ def plan_shards(
     hosts at a time in inventory order (`count`).
 
     Compute shards are spread round-robin over `workers` when there are any; the controllers'
-    shard always runs on this controller (the run record and the lock live here).
+    shard always runs on this controller (the run record and the lock live here). Each shard
+    counts the batches `batch_size` makes of its hosts (the default: Ansible's, all at once).
     """
     nodes = [cluster.node(h) for h in hosts]  # looked up once: 12,500 hosts a stage
     controllers = [node.name for node in nodes if node.is_controller]
     rest = [node for node in nodes if not node.is_controller]
     shards: list[Shard] = []
     if controllers:
-        shards.append(Shard(CONTROLLERS_SHARD, tuple(controllers), controllers=True))
+        batches = batches_needed(len(controllers), batch_size)
+        shards.append(
+            Shard(CONTROLLERS_SHARD, tuple(controllers), controllers=True, batches=batches)
+        )
     groups: list[tuple[str, list[str]]] = []
     if shard_by == "count":
         size = max(1, int(shard_size))
@@ -93,7 +107,8 @@ def plan_shards(
             groups.append((name, [host for rack in names for host in racks[rack]]))
     for index, (name, members) in enumerate(groups):
         worker = workers[index % len(workers)] if workers else None
-        shards.append(Shard(name, tuple(members), worker=worker))
+        batches = batches_needed(len(members), batch_size)
+        shards.append(Shard(name, tuple(members), worker=worker, batches=batches))
     return shards
 
 

@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kiln.errors import KilnError
-from kiln.inventory.batches import batches_needed
 from kiln.inventory.vault import VaultConfig, active
 from kiln.plan import Plan, StagePlan
 from kiln.plan.model import RUN_INVENTORY
-from kiln.plan.shards import Shard, parallel_limit
+from kiln.plan.shards import Shard
 from kiln.plan.stages import Stage
 from kiln.records.lock import InventoryLock, lent
 from kiln.records.runs import RunRecord, ensure_writable, new_run_id, now, state_dir, unwritable
@@ -156,7 +155,7 @@ def _log_cap() -> int:
 def _write_inputs(plan: Plan, record: RunRecord, secrets: RunSecrets) -> dict[str, str]:
     """What every stage reads, written once per run from the plan: the run's inventory export
     and the cluster-wide files. Returns the extravars that point the roles at them."""
-    text = plan.inventory_text(RUN_INVENTORY)  # the record keeps it redacted: no stage reads it
+    text = plan.exports[RUN_INVENTORY].text  # the record keeps it redacted: no stage reads it
     secrets.write_inventory(text, record.path / "inventory" / "hosts.json", RUN_INVENTORY)
     files_dir = record.path / "files"
     files_dir.mkdir(parents=True, exist_ok=True)
@@ -223,14 +222,8 @@ class _Run:
 
     def stage(self, planned: StagePlan, hosts: list[str]) -> dict[str, Any]:
         stage = planned.stage
-        keep = set(hosts)
-        shards = [
-            Shard(s.name, tuple(h for h in s.hosts if h in keep), s.controllers, s.worker)
-            for s in planned.shards
-        ]
-        shards = [s for s in shards if s.hosts]
-        expected = sum(batches_needed(len(s.hosts), self.rollout.batch_size) for s in shards)
-        self.listener.stage_started(stage, hosts, expected)
+        shards = list(self.plan.shards_left(planned, hosts))
+        self.listener.stage_started(stage, hosts, sum(shard.batches for shard in shards))
         aggregate = ProgressAggregator(stage.name, len(shards), self.listener.progress)
         folded = merge.StageMerge(
             stage.name, str(stage.path()), hosts, directory=str(self.record.stage_dir(stage.name))
@@ -241,7 +234,7 @@ class _Run:
             folded.add(self.shard(stage, shard, aggregate))
         stop = self._stop_reason(folded, len(hosts), controllers_done=bool(first))
         if stop is None and rest:
-            stop = self._parallel(stage, rest, aggregate, folded, len(hosts))
+            stop = self._parallel(planned, rest, aggregate, folded, len(hosts))
         elif stop is not None:
             folded.not_started += [s.to_dict() for s in rest]
         entry = folded.entry()
@@ -255,14 +248,9 @@ class _Run:
             self.record.write_facts(self.facts)
         return entry
 
-    def _parallel(self, stage, shards, aggregate, folded, total) -> tuple[str, bool] | None:
-        limit = parallel_limit(
-            self.rollout.max_parallel_shards,
-            len(shards),
-            forks=self.rollout.forks,
-            memory_gib=self.rollout.controller_memory_gib,
-            machines=len(self.plan.workers) or 1,
-        )
+    def _parallel(self, planned, shards, aggregate, folded, total) -> tuple[str, bool] | None:
+        stage = planned.stage
+        limit = min(planned.parallel, len(shards))  # the plan sized it; held-back hosts shrink it
         pending = list(shards)
         running: dict[Future, Shard] = {}
         stop: tuple[str, bool] | None = None
@@ -306,7 +294,7 @@ class _Run:
         if path is not None:
             return path
         copy = self.record.path / "shards" / shard.name / "hosts.json"
-        text = self.plan.inventory_text(shard.name)
+        text = self.plan.exports[shard.name].text
         path = self.secrets.write_inventory(text, copy, f"shard-{shard.name}")
         with self.lock:
             self.exports[shard.name] = path
@@ -319,7 +307,6 @@ class _Run:
         directory.mkdir(parents=True, exist_ok=True)
         limit_file = directory / "limit"
         limit_file.write_text("".join(f"{host}\n" for host in hosts))
-        expected = batches_needed(len(hosts), self.rollout.batch_size)
         recorder = EventRecorder(
             stage.name,
             log=self.log,
@@ -358,7 +345,7 @@ class _Run:
         with self.lock:  # what the stage manages per host: kiln.drift records it on the node
             found = self.result.managed.setdefault(stage.name, {})
             found.update({host: m.to_dict() for host, m in recorder.managed.items()})
-        entry = merge.stage_entry(stage, result, hosts, expected)
+        entry = merge.stage_entry(stage, result, hosts, shard.batches)
         entry.update(
             name=shard.name,
             worker=shard.worker,
