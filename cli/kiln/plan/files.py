@@ -15,7 +15,7 @@ from pathlib import Path
 from kiln.fabric.topology import topology_from_capture
 from kiln.inventory import Cluster
 from kiln.render import render_template
-from kiln.render.context import cluster_context
+from kiln.render.context import cluster_context, hosts_context
 from kiln.render.file_sd import TARGETS_FILE, render_file_sd
 
 GENERATED_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf")
@@ -49,7 +49,7 @@ def render_files(cluster: Cluster) -> tuple[GeneratedFile, ...]:
 
 def render_etc_hosts(cluster: Cluster) -> GeneratedFile:
     """/etc/hosts for every node, rendered once (a shard's inventory holds only its hosts)."""
-    return GeneratedFile("hosts", render_template("hosts.j2", cluster_context(cluster)))
+    return GeneratedFile("hosts", render_template("hosts.j2", hosts_context(cluster)))
 
 
 def write_files(files: tuple[GeneratedFile, ...], directory: Path) -> list[str]:

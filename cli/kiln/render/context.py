@@ -52,6 +52,20 @@ def switches(nodes: list[Node]) -> list[dict]:
     return [{"name": name, "nodes": members} for name, members in leaves.items()]
 
 
+def host_entries(cluster: Cluster) -> list[dict]:
+    """Name and address of every controller and compute node, as /etc/hosts lists them."""
+    return [
+        {"name": n.name, "address": n.address}
+        for n in cluster.nodes
+        if n.is_controller or n.is_compute
+    ]
+
+
+def hosts_context(cluster: Cluster) -> dict:
+    """What hosts.j2 reads: /etc/hosts needs none of the grouping cluster_context does."""
+    return {"kiln": {"cluster_name": cluster.name, "hosts": host_entries(cluster)}}
+
+
 def cluster_context(cluster: Cluster, fabric_switches: int | None = None) -> dict:
     """`fabric_switches`: how many switches topology.conf holds when it is rendered from the
     fabric (kiln_slurm.topology: fabric); None when it comes from the racks. TopologyPlugin is
@@ -63,11 +77,7 @@ def cluster_context(cluster: Cluster, fabric_switches: int | None = None) -> dic
         "kiln": {
             "cluster_name": cluster.name,
             "controllers": [{"name": n.name, "address": n.address} for n in cluster.controllers],
-            "hosts": [
-                {"name": n.name, "address": n.address}
-                for n in cluster.nodes
-                if n.is_controller or n.is_compute
-            ],
+            "hosts": host_entries(cluster),
             "node_groups": node_groups(compute),
             "partitions": [
                 {
