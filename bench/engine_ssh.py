@@ -183,11 +183,14 @@ def kiln_run(inventory: Path, play: Path, work: Path) -> int:
     from kiln.inventory import require_valid
     from kiln.plan import PlanOptions, make_plan
     from kiln.plan.stages import Stage
+    from kiln.records.lock import InventoryLock
     from kiln.runner.execute import execute
 
     cluster = require_valid(inventory)
     options = PlanOptions(stages=(Stage("engine", str(play), ""),), forks=FORKS)
-    summary = execute(make_plan(cluster, options, work / "state"), state=work / "state").to_dict()
+    plan = make_plan(cluster, options, work / "state")
+    with InventoryLock(plan.inventory_dir, state=work / "state") as held:  # as a command does
+        summary = execute(plan, lock=held, state=work / "state").to_dict()
     if summary["exit_code"] != 0:
         print(json.dumps(summary.get("stopped")), file=sys.stderr)
         return 1

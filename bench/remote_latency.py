@@ -29,6 +29,7 @@ from unittest import mock
 from kiln.inventory import require_valid
 from kiln.plan import PlanOptions, make_plan
 from kiln.plan.stages import Stage
+from kiln.records.lock import InventoryLock
 from kiln.runner.execute import execute
 
 TASKS_FEW = 4
@@ -67,7 +68,9 @@ def timed_runs(cluster, play: Path, state: Path) -> list[float]:
     for attempt in range(RUNS + 1):
         start = time.monotonic()
         options = PlanOptions(stages=(Stage("latency", str(play), ""),))
-        summary = execute(make_plan(cluster, options, state), state=state).to_dict()
+        plan = make_plan(cluster, options, state)
+        with InventoryLock(plan.inventory_dir, state=state) as held:  # as a command takes it
+            summary = execute(plan, lock=held, state=state).to_dict()
         if summary["exit_code"] != 0:
             raise SystemExit(f"the latency play failed: {summary.get('stopped')}")
         if attempt:

@@ -57,6 +57,7 @@ from kiln.inventory import require_valid
 from kiln.inventory.schema import RolloutSpec
 from kiln.plan import PlanOptions, make_plan, shards
 from kiln.plan.stages import Stage
+from kiln.records.lock import InventoryLock
 from kiln.runner import engine
 from kiln.runner.execute import execute
 
@@ -298,7 +299,8 @@ def run_kiln(
         with TreeSampler(os.getpid()) as sampler:
             # Planning stays inside the measured span, as it did when provision() planned.
             plan = make_plan(cluster, options, work / "state")
-            summary = execute(plan, state=work / "state").to_dict()
+            with InventoryLock(plan.inventory_dir, state=work / "state") as held:
+                summary = execute(plan, lock=held, state=work / "state").to_dict()
         own = time.process_time() - own_before - sampler.cpu_s
     # A play with no task leaves every host not_run (kiln's exit code 1); its shards' plays
     # must still have succeeded.

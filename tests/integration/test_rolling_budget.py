@@ -23,6 +23,7 @@ import pytest
 from kiln.inventory import require_valid
 from kiln.plan import PlanOptions, make_plan
 from kiln.plan.stages import Stage
+from kiln.records.lock import InventoryLock
 from kiln.runner.execute import execute
 from kiln.sandbox import config
 
@@ -116,7 +117,8 @@ def test_shards_in_parallel_never_drain_more_than_the_budget(provisioned_sandbox
     began = time.monotonic()
     sampler.start()
     try:
-        result = execute(plan, state=tmp_path / "state", run_id=run_id)
+        with InventoryLock(plan.inventory_dir, run_id=run_id, state=tmp_path / "state") as held:
+            result = execute(plan, lock=held, state=tmp_path / "state", run_id=run_id)
     finally:
         done.set()
         sampler.join(timeout=30)

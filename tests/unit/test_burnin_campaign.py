@@ -233,7 +233,10 @@ def test_the_command_composes_install_run_judge_and_report(tmp_path, monkeypatch
         steps.append(f"root={root}")
         return ctl
 
-    def install(cluster, names, paths):
+    held = object()  # the command's lock, handed down to the runtime's stage run
+
+    def install(cluster, names, paths, lock):
+        assert lock is held
         steps.append(f"install {','.join(names)}")
 
     def over_ssh(group, command):  # every node answers the fetch with no results
@@ -246,7 +249,7 @@ def test_the_command_composes_install_run_judge_and_report(tmp_path, monkeypatch
     monkeypatch.setattr(collect, "run_as_root", over_ssh)
 
     options = C.BurninOptions(poll_seconds=0)
-    outcome = command.burn_in(cluster, options, install=True, progress=lambda _: None)
+    outcome = command.burn_in(cluster, options, install=True, progress=lambda _: None, lock=held)
 
     assert steps[:3] == [f"install {','.join(nodes)}", "root=True", f"show {','.join(nodes)}"]
     assert outcome.nodes == [nodes[0], *nodes[2:]]

@@ -73,10 +73,18 @@ def plan_options(stages, **options) -> PlanOptions:
     return PlanOptions(stages=tuple(stages), **options)
 
 
+def run_locked(plan, *, state: Path, run_id: str | None = None, **kwargs):
+    """Execute `plan` under the local lock, taken first as a command takes the cluster's (the
+    runner takes none of its own); refused, naming the holder, while another run holds it."""
+    run_id = run_id or records.new_run_id()
+    with lock.InventoryLock(plan.inventory_dir, run_id=run_id, state=state) as held:
+        return execute(plan, lock=held, state=state, run_id=run_id, **kwargs)
+
+
 def provision_run(cluster, options: PlanOptions, *, state: Path, listener=None) -> dict:
     """What `kiln provision` does: make the plan, execute it; the result as its JSON document."""
     plan = make_plan(cluster, options, state)
-    return execute(plan, listener=listener, state=state).to_dict()
+    return run_locked(plan, listener=listener, state=state).to_dict()
 
 
 def ev(kind: str, counter: int = 0, **data) -> dict:

@@ -202,19 +202,31 @@ def test_a_stage_run_inside_a_held_command_runs_under_its_hold_and_stops_with_it
     capsys,
 ):
     """`kiln burnin` installs its runtime with a stage run that takes no lock of its own: it
-    runs under the command's hold (not refused by it), and a loss stops it and exits 3."""
+    runs under the hold the command hands it (not refused by it), and a loss stops it and
+    exits 3."""
     cluster = _on_controller(fleet(tmp_path), tmp_path / "ctl")
     remote = Controller()
     monkeypatch.setattr(backend, "controller_remote", lambda c: remote)
     monkeypatch.setenv("KILN_HOME", str(tmp_path / "home"))
     started = _killing_runner(monkeypatch, remote)
-    with pytest.raises(EnvironmentProblem) as stopped, cluster_lock(cluster, "burnin"):
-        result = execute(make_plan(cluster, plan_options([STAGE, LATER])))
+    with pytest.raises(EnvironmentProblem) as stopped, cluster_lock(cluster, "burnin") as shared:
+        result = execute(make_plan(cluster, plan_options([STAGE, LATER])), lock=shared)
     assert len(started) == 1 and result.lock_id is not None
     assert result.stopped["reason"].startswith("the cluster's lock on controller ctl01")
     assert stopped.value.exit_code == ExitCode.ENVIRONMENT
     assert stopped.value.message.startswith("kiln burnin lost the cluster's lock and stopped")
-    assert lock.lent(cluster.inventory_dir, tmp_path / "home") is None  # nothing lent after
+
+
+def test_no_run_starts_without_a_lock_its_caller_holds():
+    """The runner takes no lock of its own: `lock` has no default, so a caller that holds none
+    cannot start a run (each one takes the cluster's lock first: kiln.state.hold)."""
+    import inspect
+
+    parameter = inspect.signature(execute).parameters["lock"]
+    assert parameter.default is inspect.Parameter.empty
+    assert parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    with pytest.raises(TypeError):
+        execute(None)  # type: ignore[call-arg]
 
 
 # --- every command that changes the cluster takes the lock -------------------------------------

@@ -13,7 +13,7 @@ import time
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -31,6 +31,9 @@ from kiln.plan.stages import BURNIN
 from kiln.report import render, render_table
 from kiln.state.backend import push_verdicts
 
+if TYPE_CHECKING:
+    from kiln.runner.hold import Hold
+
 
 class Suite(StrEnum):
     quick = "quick"
@@ -45,8 +48,9 @@ class Format(StrEnum):
     html = "html"
 
 
-def install_runtime(cluster: Cluster, names: list[str], paths: Paths) -> None:
-    """The `burnin` stage on `names` (idempotent: a no-op when everything is in place)."""
+def install_runtime(cluster: Cluster, names: list[str], paths: Paths, lock: Hold) -> None:
+    """The `burnin` stage on `names` (idempotent: a no-op when everything is in place), under
+    the command's `lock`."""
     from kiln.burnin.workloads import workload_path
     from kiln.plan import PlanOptions, make_plan
     from kiln.runner.execute import execute
@@ -61,7 +65,7 @@ def install_runtime(cluster: Cluster, names: list[str], paths: Paths) -> None:
         },
     )
     with StageDisplay() as display:  # a package install is never silent
-        result = execute(make_plan(cluster, options), listener=display)
+        result = execute(make_plan(cluster, options), lock=lock, listener=display)
     if not result.ok:
         bad = result.failed_hosts + result.unreachable_hosts
         stopped = (result.stopped or {}).get("reason", "")
@@ -78,15 +82,16 @@ def save_renderings(run_dir: Path, report: BurninReport) -> None:
 
 
 def burn_in(
-    cluster: Cluster, options: BurninOptions, *, install: bool, progress: Progress
+    cluster: Cluster, options: BurninOptions, *, install: bool, progress: Progress, lock: Hold
 ) -> BurninOutcome:
-    """install -> run -> judge -> report: the steps of `kiln burnin`, composed; its outcome."""
+    """install -> run -> judge -> report: the steps of `kiln burnin`, composed, under the
+    cluster's `lock` the command holds; its outcome."""
     started = time.monotonic()
     target = select_target(cluster, options)  # invalid input stops here, before the install
     timings: dict[str, float] = {}
     if install:
         progress(f"runtime: burnin stage on {len(target.nodes)} node(s)")
-        install_runtime(cluster, target.nodes, options.paths)
+        install_runtime(cluster, target.nodes, options.paths, lock)
         timings["runtime"] = time.monotonic() - started
     # Judged inside the campaign: the node states it sets depend on the verdicts.
     outcome = run_burnin(cluster, target, options, progress=progress)
@@ -207,7 +212,9 @@ def burnin(
 
     with cluster_lock(cluster, "burnin") as shared:  # exit 3 naming the holder if locked
         options.hold = shared.check  # asked before each phase: a lost lock starts nothing more
-        outcome = burn_in(cluster, options, install=not skip_runtime, progress=progress)
+        outcome = burn_in(
+            cluster, options, install=not skip_runtime, progress=progress, lock=shared
+        )
         report = outcome.report
         for node, reason in outcome.drained.items():
             err.print(f"[bold red]drained[/] {safe(node)}: {safe(reason)}")

@@ -9,11 +9,9 @@ earlier one still holds the old: two holders). What a dead run left in the file 
 reported as `cleared_stale` when the next run takes the lock.
 
 This is the local lock: it keeps two runs from one state dir apart. Two runs from two machines or
-directories are kept apart by the lock on the controller (kiln.state, docs/gitops.md).
-
-A command that holds the cluster's lock (kiln.state.SharedState) lends it to the code it calls
-(`lend`): a stage run inside it (`kiln burnin` installing its runtime) runs under that hold
-(`lent`) instead of taking the local lock a second time and finding it held by itself.
+directories are kept apart by the lock on the controller (kiln.state, docs/gitops.md). A command
+that holds the cluster's lock (kiln.state.SharedState) hands it to each run it starts
+(kiln.runner.execute's `lock`): a run never takes a lock of its own.
 """
 
 from __future__ import annotations
@@ -128,24 +126,6 @@ def read_lock(inventory: Path, state: Path | None = None) -> LockInfo | None:
 
 class LockLost(EnvironmentProblem):
     """The run no longer holds its lock: another run may hold it now (exit 3)."""
-
-
-_LENT: dict[Path, Any] = {}  # lock file -> the hold this process lends on it
-
-
-def lend(path: Path, hold: Any) -> None:
-    """This process holds the lock on `path` through `hold` (kiln.state.SharedState)."""
-    _LENT[path] = hold
-
-
-def unlend(path: Path, hold: Any) -> None:
-    if _LENT.get(path) is hold:
-        del _LENT[path]
-
-
-def lent(inventory: Path, state: Path | None = None) -> Any | None:
-    """The hold this process already has on `inventory`'s lock, or None."""
-    return _LENT.get(lock_path(Path(inventory).resolve(), state))
 
 
 class InventoryLock:

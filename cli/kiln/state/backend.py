@@ -28,7 +28,7 @@ from typing import Any
 from kiln.errors import EnvironmentProblem
 from kiln.fleet import settings_for
 from kiln.inventory import Cluster
-from kiln.records.lock import InventoryLock, LockInfo, LockLost, lend, read_lock, unlend
+from kiln.records.lock import InventoryLock, LockInfo, LockLost, read_lock
 from kiln.records.runs import provisioned_hosts, read_summary, state_dir
 from kiln.records.status import GOOD
 from kiln.state import cluster as doc
@@ -141,7 +141,6 @@ class SharedState:
         except BaseException:
             self.release()
             raise
-        lend(self.local.path, self)  # a stage run inside the command runs under this hold
         return self
 
     def _take_controller(self) -> None:
@@ -244,7 +243,6 @@ class SharedState:
         self.remote = None
 
     def release(self) -> None:
-        unlend(self.local.path, self)
         if self.controller is not None:
             self.controller.release()
             self.controller = None
