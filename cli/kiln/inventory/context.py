@@ -109,6 +109,15 @@ class InventoryContext:
         return dict(members)
 
     @cached_property
+    def hosts_by_address(self) -> dict[str, list[str]]:
+        """Address (as Ansible connects) -> the hosts that use it, every host included; two
+        rules ask (unique host addresses, BMCs off the host network)."""
+        by_address: dict[str, list[str]] = defaultdict(list)
+        for name, host in self.hosts.items():
+            by_address[self.address(host)].append(name)
+        return dict(by_address)
+
+    @cached_property
     def versions(self) -> Versions | None:
         """kiln_versions over the compatibility table's default; None when it does not read."""
         spec, _ = self.cluster_value("kiln_versions", VersionsSpec())

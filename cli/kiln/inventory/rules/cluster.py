@@ -15,7 +15,7 @@ CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 def host_addresses_are_unique(ctx: InventoryContext, out: FindingCollector) -> None:
     # Over every host, not only valid ones: a host with another mistake (an unknown GPU
     # model, say) still must not share its address.
-    for address, names in _hosts_by_address(ctx).items():
+    for address, names in ctx.hosts_by_address.items():
         if len(names) > 1:
             out.error(
                 f"hosts {', '.join(names)} share the address {address}",
@@ -28,7 +28,7 @@ def host_addresses_are_unique(ctx: InventoryContext, out: FindingCollector) -> N
 
 def bmc_addresses_are_unique(ctx: InventoryContext, out: FindingCollector) -> None:
     """Every node has its own BMC, on the management network: no host's address either."""
-    by_address = _hosts_by_address(ctx)
+    by_address = ctx.hosts_by_address
     by_bmc: dict[str, list[str]] = defaultdict(list)
     for name, host in ctx.hosts.items():
         bmc = ctx.value(host, "kiln_bmc_address")
@@ -110,13 +110,6 @@ def _gpu_profiles_in_use(ctx: InventoryContext) -> list[HardwareProfile]:
         if count is not None and count > 0:
             in_use[profile.id] = profile
     return list(in_use.values())
-
-
-def _hosts_by_address(ctx: InventoryContext) -> dict[str, list[str]]:
-    by_address: dict[str, list[str]] = defaultdict(list)
-    for name, host in ctx.hosts.items():
-        by_address[ctx.address(host)].append(name)
-    return by_address
 
 
 def _hosts_file(ctx: InventoryContext) -> Origin | None:
