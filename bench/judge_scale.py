@@ -7,7 +7,7 @@ file, kiln.judging.compact). Per repeat, paired in one run:
 
   baseline     json.loads of the same results as the workloads print them (the documents)
   end to end   judge_run(record): what `kiln report RUN` and the campaign do, the compact
-               file's columns read and judged (kiln.judging.columns)
+               file read into the table of columns the rules judge (kiln.judging.table)
   records      load_run(record) + judge: the same file read into a record per result, the
                rules over the records (the path for records the columns cannot hold)
 

@@ -11,8 +11,8 @@ from kiln.burnin.campaign import BurninOutcome
 from kiln.burnin.suites import resolve_suite
 from kiln.fleet import NodeResult, Status
 from kiln.inventory import require_valid
-from kiln.judging._rules import node_verdict
 from kiln.judging.model import BurninReport
+from kiln.judging.verdicts import node_verdict
 from kiln.records.burnin import RunLayout
 
 ROOT = Path(__file__).resolve().parents[2]

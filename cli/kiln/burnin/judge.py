@@ -7,14 +7,14 @@ from pathlib import Path
 from kiln.burnin.dcgm import add_recorded_verdicts
 from kiln.inventory.model import Cluster
 from kiln.judging import BurninReport, judge
-from kiln.judging.columns import judge_table
+from kiln.judging.analysis import judge_results
 from kiln.records.burnin import load_run
 from kiln.records.burnin_compact import load_compact
 
 
 def judge_run(run_dir: Path | str, cluster: Cluster) -> BurninReport:
     """Load a run record and judge it against the cluster's profiles and floors (from the
-    compact file's columns when they hold the whole run: the same report, faster)."""
+    compact file when it holds the whole run, else from each result's file)."""
     report = _judge_compact(run_dir, cluster)
     if report is not None:
         add_recorded_verdicts(report, run_dir)
@@ -35,13 +35,13 @@ def judge_run(run_dir: Path | str, cluster: Cluster) -> BurninReport:
 
 
 def _judge_compact(run_dir: Path | str, cluster: Cluster) -> BurninReport | None:
-    """The fast path (kiln.judging.columns); None when the record needs the records path."""
+    """The run judged from its compact file alone; None when it needs its records read."""
     fast = load_compact(run_dir)
     if fast is None:
         return None
     try:
-        return judge_table(
-            cluster, fast.table, fast.nodes, fast.jobs,
+        return judge_results(
+            cluster, fast.table,
             run_id=fast.manifest.get("run_id") or Path(run_dir).name,
             suite=fast.manifest.get("suite"), ib=fast.ib,
             not_tested=fast.manifest.get("not_tested") or {},

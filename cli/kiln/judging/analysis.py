@@ -22,6 +22,11 @@ Rules (thresholds from `kiln.judging.thresholds`: profile floors, `kiln_burnin` 
   ib_*                 see kiln.judging.rules_ib (HCAs, ib_write_bw per rail, error counters).
 Each node gets one verdict per check (its worst GPU's figure); failing GPUs get their own. The
 work is one pass over the GPUs plus a median per profile: linear in the fleet.
+
+One path: every run is judged from a ResultTable (kiln.judging.table), whether its results came
+from the run's compact file (kiln.judging.compact_table) or from records read one at a time
+(`judge`, which fills a table from them). A healthy node is judged from its row's columns; the
+rules read a result's full record only where something fails.
 """
 
 from __future__ import annotations
@@ -31,18 +36,18 @@ from collections.abc import Callable, Iterable, Mapping
 
 from kiln.inventory.model import Cluster
 from kiln.judging._rules import DRAIN, LOOK, C, W
-from kiln.judging._rules import node_verdict as _node
 from kiln.judging.ib import IbRun
 from kiln.judging.model import NOT_TESTED, NOT_TESTED_BUSY, BurninReport
-from kiln.judging.results import AllreduceResult, GemmResult, NoResult
+from kiln.judging.results import NO_RESULT, AllreduceResult, GemmResult, NoResult
 from kiln.judging.rules_allreduce import judge_allreduce
 from kiln.judging.rules_gemm import FAILING_THROTTLE, HARDWARE_THROTTLE, judge_fleet, judge_gemm
 from kiln.judging.rules_ib import judge_ib
+from kiln.judging.table import NO_OUTPUT, AllreduceRow, ResultTable
 from kiln.judging.thresholds import Floors, floors_for
-from kiln.judging.verdicts import Action, Verdict
+from kiln.judging.verdicts import Action, Verdict, node_verdict
 from kiln.profiles import get_profile
 
-__all__ = ["FAILING_THROTTLE", "HARDWARE_THROTTLE", "judge"]
+__all__ = ["FAILING_THROTTLE", "HARDWARE_THROTTLE", "judge", "judge_results"]
 
 
 def judge(
@@ -56,55 +61,82 @@ def judge(
     ib: IbRun | None = None,
     not_tested: Mapping[str, str] | None = None,
 ) -> BurninReport:
-    """Judge one run. `gemm` holds a result or NoResult per node that was part of the run;
-    `ib` what it recorded of InfiniBand (None: no node of the run declares HCAs);
-    `not_tested` the nodes the campaign could not test (busy), each with its message."""
+    """Judge one run from its records. `gemm` holds a result or NoResult per node that was
+    part of the run; `ib` what it recorded of InfiniBand (None: no node of the run declares
+    HCAs); `not_tested` the nodes the campaign could not test (busy), each with its message."""
+    table = ResultTable.from_records(gemm, allreduce, missing_jobs)
+    return judge_results(cluster, table, run_id=run_id, suite=suite, ib=ib, not_tested=not_tested)
+
+
+def judge_results(
+    cluster: Cluster,
+    table: ResultTable,
+    *,
+    run_id: str | None = None,
+    suite: str | None = None,
+    ib: IbRun | None = None,
+    not_tested: Mapping[str, str] | None = None,
+) -> BurninReport:
+    """Judge one run from its table: its nodes (`table.nodes`) and all-reduce jobs
+    (`table.jobs`); one of them without a row has no result at all, a failure."""
     # Judging allocates many small long-lived objects and no cycles: the cyclic collector
     # would rescan the whole result set again and again (as in kiln.inventory's loader).
     enabled = gc.isenabled()
     gc.disable()
     try:
         skip = dict(not_tested or {})
-        allreduce, missing_jobs = _untested(cluster, gemm, list(allreduce), missing_jobs, skip)
-        return _judge(cluster, gemm, allreduce, missing_jobs, run_id, suite, ib, skip)
+        jobs, missing = _untested(cluster, table, skip)
+        return _judge(cluster, table, jobs, missing, run_id, suite, ib, skip)
     finally:
         if enabled:
             gc.enable()
 
 
-def _untested(cluster, gemm, allreduce, missing_jobs, skip: dict[str, str]):
+def _untested(cluster: Cluster, table: ResultTable, skip: dict[str, str]):
     """Add to `skip` every node whose result came from another host (a GEMM whose `host`, or
-    a node all-reduce whose hosts, are not the node); drop the per-node all-reduce results
-    and missing jobs of the skipped nodes. (all-reduce results, missing jobs)."""
+    a node all-reduce whose hosts, are not the node). Returns the all-reduce jobs to judge,
+    with their rows, and the missing jobs, (name, reason), both without the skipped nodes'."""
     for node in cluster.compute:
-        result = gemm.get(node.name)
-        ran = result.ran_elsewhere() if isinstance(result, GemmResult) else None
-        if ran and node.name not in skip:
+        row = table.gemm.get(node.name)
+        if row is None or isinstance(row, str):
+            continue
+        ran = table.gemm_host(node.name, row).split(".")[0]
+        if ran and ran != node.name and node.name not in skip:
             skip[node.name] = f"{NOT_TESTED}: its result came from {ran}, not {node.name}"
+    jobs: list[tuple[str, AllreduceRow]] = []
+    missing: list[tuple[str, str]] = []
+    for job in dict.fromkeys(table.jobs or table.allreduce):
+        row = table.allreduce.get(job, NO_OUTPUT)
+        if isinstance(row, str):
+            missing.append((f"allreduce/{job}", row))
+        else:
+            jobs.append((job, row))
+    missing += table.missing
     by_job = {f"node-{n.name}": n.name for n in cluster.compute}
-    for a in allreduce:
-        node = by_job.get(a.job)
-        if not node:
-            continue  # not a per-node job (the pairs, the ring): 87,500 of 100,000 at scale
-        others = [h for h in a.hosts if h != node]
-        if others and node not in skip:
-            skip[node] = f"{NOT_TESTED}: its all-reduce ran on {others[0]}, not {node}"
-    owned = {f"allreduce/node-{n}" for n in skip}
-    kept = [a for a in allreduce if by_job.get(a.job) not in skip]
-    return kept, [j for j in missing_jobs if j.name not in owned]
+    for job, row in jobs:
+        node = by_job.get(job)
+        if node and row.hosts != node:  # a node's all-reduce ran elsewhere (rare)
+            others = [h for h in row.hosts.split(",") if h and h != node]
+            if others and node not in skip:
+                skip[node] = f"{NOT_TESTED}: its all-reduce ran on {others[0]}, not {node}"
+    if skip:
+        owned = {f"allreduce/node-{n}" for n in skip}
+        jobs = [j for j in jobs if by_job.get(j[0]) not in skip]
+        missing = [m for m in missing if m[0] not in owned]
+    return jobs, missing
 
 
 def start_report(
-    cluster: Cluster, run_id: str, suite: str | None, skip: Mapping[str, str]
+    cluster: Cluster, run_id: str | None, suite: str | None, skip: Mapping[str, str]
 ) -> tuple[BurninReport, dict[str, Floors], Callable[[str], Floors]]:
     """A report holding a `tested` verdict for each node not tested (`skip`), the floors of each
     hardware profile as judging asks for them (the dict becomes report.floors), and the function
-    that asks. Shared by this module's judge and kiln.judging.columns'."""
+    that asks."""
     report = BurninReport(cluster=cluster.name, run_id=run_id, suite=suite)
     for name, message in skip.items():  # busy: nothing to look at; another host: Slurm's
         report.not_tested[name] = message
         action = Action.NONE if message.startswith(NOT_TESTED_BUSY) else LOOK
-        report.verdicts.append(_node(name, "tested", False, W, action, message))
+        report.verdicts.append(node_verdict(name, "tested", False, W, action, message))
     cache: dict[str, Floors] = {}
 
     def floors(profile_id: str) -> Floors:
@@ -115,38 +147,32 @@ def start_report(
     return report, cache, floors
 
 
-def _judge(cluster, gemm, allreduce, missing_jobs, run_id, suite, ib, skip) -> BurninReport:
+def _judge(cluster, table, jobs, missing, run_id, suite, ib, skip) -> BurninReport:
     report, cache, floors = start_report(cluster, run_id, suite, skip)
+    run = dict.fromkeys(table.nodes or table.gemm)
     means: dict[str, list[tuple[str, float]]] = {}
     for node in cluster.compute:
-        result = gemm.get(node.name)
-        if result is None or node.name in skip:
+        if node.name not in run or node.name in skip:
             continue  # not part of this run, or not tested
         f = floors(node.gpu_model)
         report.node_profiles[node.name] = f.profile
-        if isinstance(result, NoResult):
-            report.verdicts.append(_node(node.name, "result", False, C, DRAIN, result.reason))
+        row = table.gemm.get(node.name, NO_RESULT)
+        if isinstance(row, str):
+            report.verdicts.append(node_verdict(node.name, "result", False, C, DRAIN, row))
             continue
-        report.verdicts.append(_node(node.name, "result", True))
-        mean = judge_gemm(report, node, result, f)
+        report.verdicts.append(node_verdict(node.name, "result", True))
+        mean = judge_gemm(report, node, row, f, table)
         if mean is not None:
             means.setdefault(f.profile, []).append((node.name, mean))
     for profile_id, rows in means.items():
         judge_fleet(report, rows, cache[profile_id])
-    judge_allreduce(report, cluster, allreduce, floors)
+    judge_allreduce(report, cluster, table, jobs, floors)
     judge_ib(report, cluster, ib, cluster.burnin.ib_write_bw_floor_pct)
-    for job in missing_jobs:
+    for name, reason in missing:
         report.verdicts.append(
-            Verdict(
-                "job",
-                job.name,
-                "result",
-                False,
-                severity=C,
-                action=LOOK,
-                message=f"{job.name}: {job.reason}",
-            )
-        )
+            Verdict("job", name, "result", False, severity=C, action=LOOK,
+                    message=f"{name}: {reason}")
+        )  # fmt: skip
     if skip:  # what other rules said about a node that was not tested is no verdict on it
         report.verdicts = [v for v in report.verdicts if v.node not in skip or v.check == "tested"]
     report.floors = dict(sorted(cache.items()))

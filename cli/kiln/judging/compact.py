@@ -19,11 +19,12 @@ batch of them as blocks of columns. Format 3:
     B<TAB>A|G<TAB>count, then one line per field of those lines (name first): that field of
       `count` results in order, joined by tabs (a block: one split per field, not per result)
 
-A gemm line's fields before its JSON are what kiln.judging.columns judges a healthy node from
-without decoding the JSON: `clean` is 1 when every device's checksum is ok, none has an error
-or a changed repeat, all digests agree and every TFLOPS figure is finite (anything else is
-judged from the record, by the rules themselves). Format 2 (older kiln: G lines with the JSON
-only, no blocks) is still read by `decode`; `table` reads format 3 only. An all-reduce's rows
+A line's fields before its JSON are its row in the table the rules judge (kiln.judging.table:
+gemm_row and allreduce_row give them, here and for records read one file at a time): `clean`
+is 1 when every device's checksum is ok, none has an error or a changed repeat, all digests
+agree and every TFLOPS figure is finite (anything else is judged from the record). Format 2
+(older kiln: G lines with the JSON only, no blocks) is still read by `decode`;
+kiln.judging.compact_table reads format 3 only. An all-reduce's rows
 stay text until something iterates them (PackedRows): the rules read one row, at
 FABRIC_BYTES, kept beside them. A file must end with a newline and a block must hold `count`
 values in each of its lines (else a write was cut short: ResultError naming the line). Lines
@@ -36,7 +37,6 @@ from __future__ import annotations
 
 import gc
 import json
-import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -50,7 +50,7 @@ from kiln.judging.results import (
     builder,
     gemm_from_doc,
 )
-from kiln.judging.thresholds import FABRIC_BYTES
+from kiln.judging.table import NOT_CLEAN, allreduce_row, gemm_row
 
 FORMAT = 3
 READABLE = (2, 3)  # what decode reads; table (the fast path) reads FORMAT only
@@ -108,34 +108,20 @@ def _gemm_line(node: str, r: GemmResult) -> str:
         for d in r.devices
     ]  # fmt: skip
     body = json.dumps([r.hostname, r.host, r.device_kind, r.dtype, devices], separators=(",", ":"))
-    throttle = sorted({t for d in r.devices for t in d.throttle_reasons})
-    clean = (
-        all(d.checksum_ok and not d.error and not d.bit_mismatches for d in r.devices)
-        and len({d.digest for d in r.devices if d.digest}) <= 1
-        and all(math.isfinite(d.tflops) for d in r.devices)
-        and _safe(r.host, *throttle)
-        and not any("," in t for t in throttle)
-    )
-    columns = (r.host, "1", ",".join(throttle), ",".join(repr(d.tflops) for d in r.devices))
-    if not clean:  # judged from the record (built from the JSON), host included
-        columns = ("", "0", "", "")
-    return f"G\t{node}\t" + "\t".join(columns) + f"\t{body}\n"
+    row = gemm_row(r)
+    if not _safe(*row):  # a tab or newline in a host or a throttle reason: from the record
+        row = NOT_CLEAN
+    return f"G\t{node}\t" + "\t".join(row) + f"\t{body}\n"
 
 
 def _allreduce_line(a: AllreduceResult) -> str:
-    hosts = ",".join(a.hosts)
-    if not _safe(hosts, a.implementation) or any("," in h or not h for h in a.hosts):
+    row = allreduce_row(a)
+    if not _safe(row.hosts, a.implementation) or any("," in h or not h for h in a.hosts):
         return ""
-    at = next((r.busbw_gbs for r in reversed(a.rows) if r.bytes == FABRIC_BYTES), None)
     rows = json.dumps(
         [[r.bytes, r.busbw_gbs, r.algbw_gbs, r.time_us] for r in a.rows], separators=(",", ":")
     )
-    fields = (
-        a.job, hosts, str(a.world_size), a.implementation, str(a.verdict_bytes),
-        repr(a.verdict_busbw_gbs), "1" if a.correct else "0", "1" if a.ring else "0",
-        str(a.wrong), str(FABRIC_BYTES), "" if at is None else repr(at), rows,
-    )  # fmt: skip
-    return "A\t" + "\t".join(fields) + "\n"
+    return "A\t" + "\t".join((a.job, *row, rows)) + "\n"
 
 
 def _header(text: str) -> int | None:
@@ -225,7 +211,7 @@ def _decode(text: str, version: int) -> CompactResults:
     return out
 
 
-_WIDTH = {"A": 13, "G": 7}  # fields of a result's line, its kind and name included
+WIDTH = {"A": 13, "G": 7}  # fields of a result's line, its kind and name included
 
 
 def pack(lines: list[str]) -> str:
@@ -238,7 +224,7 @@ def pack(lines: list[str]) -> str:
     blocks: dict[str, list[list[str]]] = {"A": [], "G": []}
     for line in lines:
         fields_ = line[:-1].split("\t") if line.endswith("\n") else []
-        if fields_ and len(fields_) == _WIDTH.get(fields_[0]):
+        if fields_ and len(fields_) == WIDTH.get(fields_[0]):
             blocks[fields_[0]].append(fields_[1:])
         elif line:
             singles.append(line)
@@ -264,7 +250,7 @@ def _entries(text: str) -> Iterator[tuple[int, str | None, object]]:
             continue
         try:
             _b, kind, count = line.split("\t")
-            width, size = _WIDTH[kind] - 1, int(count)
+            width, size = WIDTH[kind] - 1, int(count)
         except (ValueError, KeyError):
             raise ResultError(f"line {number}: not a block header") from None
         columns = [c.split("\t") for c in lines[i + 1 : i + 1 + width]]

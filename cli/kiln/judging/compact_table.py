@@ -1,58 +1,62 @@
-"""A format-3 compact result file read as columns, for the fast path (kiln.judging.columns).
+"""A format-3 compact result file read into the table the rules judge (kiln.judging.table).
 
-    table = read_table(data)                   # bytes of results.compact; ResultError if not
-    table.allreduce[job]   # (hosts, world_size, implementation, verdict_bytes, verdict_busbw,
-                           #  correct, ring, wrong, size, busbw at size), or why not readable
-    table.gemm[node]       # (host, clean, throttle reasons, tflops), or why not readable
-    table.last("A", job)   # its rows' JSON; table.last("G", node): its devices' JSON
+    table = read_table(data)      # bytes of results.compact; ResultError if not
+    table.allreduce[job]          # AllreduceRow, or why it has no result
+    table.gemm[node]              # GemmRow, or why it has no result
+    table.allreduce_record(job)   # built from its rows' JSON; table.gemm_record(node): devices'
 
 Read from bytes with one find per line: a block's fields (kiln.judging.compact.pack) are
 decoded and split once per field, and the last field of each result, the large JSON (the
 rows of 100,000 all-reduces, 60 of the 76 MB at 12,500 nodes, and the GEMM devices), stays
-bytes until a record is built from it: for a failing result, or when a report reads them.
-ResultError names the line when the file is of another format, was cut short (no newline at
-its end, or a block with fewer values than it says), or a line has the wrong number of fields.
+bytes until a record is built from it: for a result that is not clean, or when a report reads
+them. ResultError names the line when the file is of another format, was cut short (no newline
+at its end, or a block with fewer values than it says), or a line has the wrong number of
+fields.
 """
 
 from __future__ import annotations
 
 import gc
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from kiln.judging.compact import _WIDTH, FORMAT, HEADER
-from kiln.judging.results import ResultError
+from kiln.judging.compact import FORMAT, HEADER, WIDTH, allreduce_record, gemm_record
+from kiln.judging.results import NO_RESULT, AllreduceResult, GemmResult, ResultError
+from kiln.judging.table import AllreduceRow, GemmRow, RecordSource, ResultTable
 
 _HEADER = HEADER.encode()
+_ROW = {"A": AllreduceRow._make, "G": GemmRow._make}
 
 
-@dataclass
-class CompactTable:
-    gemm: dict[str, Sequence[str] | str] = field(default_factory=dict)
-    allreduce: dict[str, Sequence[str] | str] = field(default_factory=dict)
-    # kind -> (names, their last fields as one tab-joined view of the file's bytes, or one
-    # name and its text), in file order: the later replaces the earlier, as in the dicts above
-    _sources: dict[str, list[tuple[object, object]]] = field(
-        default_factory=lambda: {"A": [], "G": []}
-    )
-    _last: dict[str, dict[str, str]] = field(default_factory=dict)
+class _JsonFields(RecordSource):
+    """Each result's last field (its JSON), by kind, in file order: a later line replaces an
+    earlier one for the same name, as in the table. Joined and split once, when first asked."""
+
+    def __init__(self, table: ResultTable) -> None:
+        self.table = table
+        self.sources: dict[str, list[tuple[object, object]]] = {"A": [], "G": []}
+        self.found: dict[str, dict[str, str]] = {}
 
     def last(self, kind: str, name: str) -> str:
-        """The JSON field of a result ("A": its rows, "G": its devices)."""
-        if kind not in self._last:
+        if kind not in self.found:
             found: dict[str, str] = {}
-            for names, values in self._sources[kind]:
+            for names, values in self.sources[kind]:
                 if isinstance(names, str):
                     found[names] = values  # type: ignore[assignment]
                 else:
                     text = str(values, "utf-8")  # type: ignore[call-overload]
                     found.update(zip(names, text.split("\t"), strict=True))  # type: ignore[arg-type]
-            self._last[kind] = found
-        return self._last[kind][name]
+            self.found[kind] = found
+        return self.found[kind][name]
+
+    def gemm(self, node: str) -> GemmResult:
+        return gemm_record(node, self.last("G", node))
+
+    def allreduce(self, job: str) -> AllreduceResult:
+        row = self.table.allreduce[job]
+        return allreduce_record(job, (*row, self.last("A", job)))
 
 
-def read_table(data: bytes) -> CompactTable:
+def read_table(data: bytes) -> ResultTable:
     """The columns of a format-3 compact file's bytes (ResultError naming the line if not)."""
     if not data.startswith(_HEADER):
         raise ResultError(f"not a kiln compact result file of format {FORMAT}")
@@ -68,8 +72,9 @@ def read_table(data: bytes) -> CompactTable:
             gc.enable()
 
 
-def _read(data: bytes) -> CompactTable:
-    out = CompactTable()
+def _read(data: bytes) -> ResultTable:
+    out = ResultTable()
+    out.source = _JsonFields(out)
     pos, end, number = len(_HEADER), len(data), 2
     while pos < end:
         stop = data.index(b"\n", pos)
@@ -82,10 +87,10 @@ def _read(data: bytes) -> CompactTable:
     return out
 
 
-def _block(out: CompactTable, data: bytes, line: bytes, stop: int, number: int) -> tuple[int, int]:
+def _block(out: ResultTable, data: bytes, line: bytes, stop: int, number: int) -> tuple[int, int]:
     try:
         _b, kind, count = line.decode().split("\t")
-        width, size = _WIDTH[kind] - 1, int(count)
+        width, size = WIDTH[kind] - 1, int(count)
     except (ValueError, KeyError, UnicodeDecodeError):
         raise ResultError(f"line {number}: not a block header") from None
     spans, pos = [], stop + 1
@@ -110,23 +115,25 @@ def _block(out: CompactTable, data: bytes, line: bytes, stop: int, number: int) 
     if data[b - 1 : b] != b"]":
         raise torn
     last = memoryview(data)[a:b]
-    names, values = columns[0], zip(*columns[1:], strict=True)
-    (out.allreduce if kind == "A" else out.gemm).update(zip(names, values, strict=True))
-    out._sources[kind].append((names, last))
+    names, rows = columns[0], map(_ROW[kind], zip(*columns[1:], strict=True))
+    (out.allreduce if kind == "A" else out.gemm).update(zip(names, rows, strict=True))
+    out.source.sources[kind].append((names, last))
     return pos, number + 1 + width
 
 
-def _line(out: CompactTable, line: str, number: int) -> None:
+def _line(out: ResultTable, line: str, number: int) -> None:
     fields_ = line.split("\t")
     kind, count = fields_[0], len(fields_)
-    if kind in _WIDTH and count == _WIDTH[kind] and fields_[-1].endswith("]"):
-        (out.allreduce if kind == "A" else out.gemm)[fields_[1]] = fields_[2:-1]
-        out._sources[kind].append((fields_[1], fields_[-1]))
+    if kind in WIDTH and count == WIDTH[kind] and fields_[-1].endswith("]"):
+        (out.allreduce if kind == "A" else out.gemm)[fields_[1]] = _ROW[kind](fields_[2:-1])
+        out.source.sources[kind].append((fields_[1], fields_[-1]))
     elif kind == "E" and count == 4:
         try:
             reason = str(json.loads(fields_[3]))
         except ValueError:
             raise ResultError(f"line {number}: unreadable reason") from None
-        (out.gemm if fields_[2] == "gemm" else out.allreduce)[fields_[1]] = reason
+        (out.gemm if fields_[2] == "gemm" else out.allreduce)[fields_[1]] = (
+            f"{NO_RESULT} ({reason})"
+        )
     elif line:
         raise ResultError(f"line {number}: kind {kind!r} with {count} fields")

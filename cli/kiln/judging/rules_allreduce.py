@@ -10,11 +10,13 @@ all 0, fails, naming the implementation that ran (nccl-tests or torch).
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+
 from kiln.inventory.model import Cluster
 from kiln.judging._rules import DRAIN, LOOK, C, W
-from kiln.judging._rules import node_verdict as _node
 from kiln.judging.pairs import localise, median
 from kiln.judging.results import AllreduceResult
+from kiln.judging.table import AllreduceRow
 from kiln.judging.thresholds import (
     FABRIC_BYTES,
     FLEET,
@@ -24,42 +26,88 @@ from kiln.judging.thresholds import (
     intra_node_floor,
 )
 from kiln.judging.verdicts import Action, Verdict, num
+from kiln.judging.verdicts import node_verdict as _node
 
 
-def judge_allreduce(report, cluster: Cluster, results, floors) -> None:
+def judge_allreduce(report, cluster: Cluster, table, jobs, floors) -> None:
     """Inside a node: against the intra-node floor, drain. Across nodes: against the rails'
-    floor, investigate; node pairs: localised (culprit nodes drained, links investigated)."""
+    floor, investigate; node pairs: localised (culprit nodes drained, links investigated).
+    `jobs`: (job, AllreduceRow) in the order judged; `report.allreduce` gets their records
+    when a report or plot reads it (RecordsOf)."""
     pairs: dict[tuple[str, str], float] = {}
-    pair_hosts: list[list[str]] = []
     node_floors = {n.name: floors(n.gpu_model) for n in cluster.compute}
-    results = list(results)
-    has_pairs = any(len(a.hosts) == 2 for a in results)  # scope "pair"
-    add = report.allreduce.append
-    for a in results:  # 100,000 at 12,500 nodes: scope as len(a.hosts), no call per result
-        add(a)
-        count = len(a.hosts)
-        hosts = [h for h in a.hosts if h in node_floors]
-        if not a.correct or a.wrong != 0:
-            _judge_correct(report, a, hosts)
-        if not hosts:
+    intra = {name: intra_node_floor(f) for name, f in node_floors.items()}
+    has_pairs = any(row.hosts.count(",") == 1 for _, row in jobs)  # scope "pair"
+    report.allreduce = RecordsOf(table, [job for job, _ in jobs])
+    add = report.verdicts.append
+    for job, row in jobs:  # 100,000 at 12,500 nodes: no record, no call per healthy pair
+        hosts = row.hosts.split(",") if row.hosts else []
+        count = len(hosts)
+        if count == 2 and row.correct == "1" and row.wrong == "0":
+            a, b = hosts
+            if a in node_floors and b in node_floors:  # a correct node pair: its figure only
+                key = (a, b) if a <= b else (b, a)
+                busbw = row.busbw_at_fabric()[1]
+                pairs[key] = busbw if key not in pairs else min(pairs[key], busbw)
+                continue
+        known = [h for h in hosts if h in node_floors]  # hosts outside the inventory: left out
+        if row.correct != "1" or (row.wrong != "0" and int(row.wrong) != 0):
+            _judge_correct(report, job, row, known)
+        if not known:
             continue
         if count == 1:  # scope "node"
-            _judge_node(report, a, hosts[0], intra_node_floor(node_floors[hosts[0]]))
-        elif count == 2 and len(hosts) == 2:  # scope "pair"
-            key = (hosts[0], hosts[1]) if hosts[0] <= hosts[1] else (hosts[1], hosts[0])
-            busbw = a.busbw_at(FABRIC_BYTES)[1]
+            floor = intra[known[0]]
+            if floor.gbs is not None:
+                busbw = float(row.verdict_busbw)
+                ok = busbw >= floor.gbs
+                text = "" if ok else f"{row.label} {num(busbw)} GB/s < floor {num(floor.gbs)}"
+                add(_node(known[0], "allreduce_node", ok, W, DRAIN, text, busbw, floor.gbs,
+                          "GB/s", floor.rule))  # fmt: skip
+        elif count == 2 and len(known) == 2:  # scope "pair", with a wrong sum
+            key = (known[0], known[1]) if known[0] <= known[1] else (known[1], known[0])
+            busbw = row.busbw_at_fabric()[1]
             pairs[key] = busbw if key not in pairs else min(pairs[key], busbw)
-            pair_hosts.append(hosts)
         else:
-            _judge_fabric(report, a, fabric_floor(cluster, hosts), has_pairs)
+            _judge_fabric(report, job, row, fabric_floor(cluster, known), has_pairs)
     if pairs:
         in_pairs = {h for key in pairs for h in key}
         pair_pct = min(100.0, *(node_floors[h].node_relative_pct for h in in_pairs))
-        _judge_pairs(report, pairs, _pair_floor(cluster, pair_hosts), pair_pct)
+        # A pair's floor does not depend on the order of its two nodes: the pairs' keys, in
+        # first-seen order, stand for the results' hosts.
+        _judge_pairs(report, pairs, _pair_floor(cluster, [list(k) for k in pairs]), pair_pct)
 
 
-def _tool(a: AllreduceResult) -> str:
-    return f"allreduce ({a.implementation})"
+class RecordsOf(Sequence):
+    """The run's all-reduce results, each record built from the table when first read (a
+    report, a plot): judging 100,000 of them reads their rows only."""
+
+    __slots__ = ("_built", "_jobs", "_table")
+
+    def __init__(self, table, jobs: list[str]) -> None:
+        self._table, self._jobs, self._built = table, jobs, None
+
+    def _all(self) -> list[AllreduceResult]:
+        if self._built is None:
+            self._built = [self._table.allreduce_record(job) for job in self._jobs]
+        return self._built
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return self._all()[index]
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __iter__(self) -> Iterator[AllreduceResult]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and self._all() == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def append(self, item: AllreduceResult) -> None:
+        self._all().append(item)
+        self._jobs.append(item.job)
 
 
 def _at(size: int) -> str:
@@ -69,56 +117,44 @@ def _at(size: int) -> str:
     return f" at {size >> 30} GiB" if size >= 1 << 30 else f" at {size >> 20} MiB"
 
 
-def _judge_correct(report, a: AllreduceResult, hosts: list[str]) -> None:
-    if a.correct and a.wrong == 0:
-        return
-    node = hosts[0] if a.scope == "node" and hosts else None
+def _judge_correct(report, job: str, row: AllreduceRow, hosts: list[str]) -> None:
+    wrong = int(row.wrong)
+    node = hosts[0] if row.hosts.count(",") == 0 and hosts else None  # scope "node"
     subject, action = ("node", DRAIN) if node else ("job", LOOK)
-    what = f"{a.wrong} wrong values (#wrong)" if a.wrong else "sum wrong"
+    what = f"{wrong} wrong values (#wrong)" if wrong else "sum wrong"
     report.verdicts.append(
         Verdict(
             subject,
-            node or a.job,
+            node or job,
             "allreduce_correct",
             False,
-            float(a.wrong) if a.wrong else None,
-            0.0 if a.wrong else None,
-            "values" if a.wrong else "",
+            float(wrong) if wrong else None,
+            0.0 if wrong else None,
+            "values" if wrong else "",
             severity=C,
             action=action,
             node=node,
-            message=f"{_tool(a)} {what} in {a.job}",
+            message=f"{row.label} {what} in {job}",
         )
     )
 
 
-def _judge_node(report, a: AllreduceResult, node: str, floor: ScopeFloor) -> None:
-    if floor.gbs is None:
-        return
-    ok = a.verdict_busbw_gbs >= floor.gbs
-    text = "" if ok else f"{_tool(a)} {num(a.verdict_busbw_gbs)} GB/s < floor {num(floor.gbs)}"
-    measured = a.verdict_busbw_gbs
-    report.verdicts.append(
-        _node(node, "allreduce_node", ok, W, DRAIN, text, measured, floor.gbs, "GB/s", floor.rule)
-    )
-
-
-def _judge_fabric(report, a: AllreduceResult, floor: ScopeFloor, has_pairs: bool) -> None:
-    size, busbw = a.busbw_at(FABRIC_BYTES)
+def _judge_fabric(report, job: str, row: AllreduceRow, floor: ScopeFloor, has_pairs: bool) -> None:
+    size, busbw = row.busbw_at_fabric()
     if floor.gbs is None:  # no rails: the fleet judges (the pairwise pass), not a floor
-        text = f"{_tool(a)} {num(busbw)} GB/s{_at(size)}: no floor ({floor.basis})"
+        text = f"{row.label} {num(busbw)} GB/s{_at(size)}: no floor ({floor.basis})"
         if has_pairs:
             text += "; the node pairs are judged against the fleet's median"
-        verdict = Verdict("job", a.job, "allreduce_fabric", True, busbw, None, "GB/s", W)
+        verdict = Verdict("job", job, "allreduce_fabric", True, busbw, None, "GB/s", W)
         report.verdicts.append(_with(verdict, FLEET, text))
         return
     ok = busbw >= floor.gbs
     text = ""
     if not ok:
-        text = f"{_tool(a)} {num(busbw)} GB/s{_at(size)} < {num(floor.gbs)} ({floor.basis})"
+        text = f"{row.label} {num(busbw)} GB/s{_at(size)} < {num(floor.gbs)} ({floor.basis})"
         text += "" if has_pairs else "; run the pairwise pass to localise"
     action = Action.NONE if ok else LOOK
-    verdict = Verdict("job", a.job, "allreduce_fabric", ok, busbw, floor.gbs, "GB/s", W, action)
+    verdict = Verdict("job", job, "allreduce_fabric", ok, busbw, floor.gbs, "GB/s", W, action)
     report.verdicts.append(_with(verdict, floor.rule, text))
 
 

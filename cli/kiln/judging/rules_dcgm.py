@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from kiln.judging._rules import DRAIN, LOOK, C, W, node_verdict
-from kiln.judging.verdicts import Verdict
+from kiln.judging._rules import DRAIN, LOOK, C, W
+from kiln.judging.verdicts import Verdict, node_verdict
 from kiln.parsers import ParseError
 from kiln.parsers.dcgmi import DiagReport, DiagTest, parse_diag
 

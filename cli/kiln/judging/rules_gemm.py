@@ -9,15 +9,17 @@ node multiplies the same seeded matrices; the GPUs outside the majority are name
 from __future__ import annotations
 
 from collections import Counter
+from functools import cache
 
 from kiln.inventory.model import Node
 from kiln.judging._rules import DRAIN, C, W
-from kiln.judging._rules import node_verdict as _node
 from kiln.judging.model import BurninReport
 from kiln.judging.pairs import median
 from kiln.judging.results import GemmDevice, GemmResult
+from kiln.judging.table import GemmRow
 from kiln.judging.thresholds import Floors
 from kiln.judging.verdicts import Verdict, num
+from kiln.judging.verdicts import node_verdict as _node
 
 HARDWARE_THROTTLE = {"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
 FAILING_THROTTLE = HARDWARE_THROTTLE | {"sw_thermal_slowdown"}
@@ -53,24 +55,77 @@ def _sdc_text(dev: str, d: GemmDevice, odd: str | None) -> str:
     return f"gemm {dev} wrong results (silent data corruption)"
 
 
-def judge_gemm(report: BurninReport, node: Node, result: GemmResult, f: Floors) -> float | None:
-    """Per-GPU rules; returns the node's mean TFLOPS (None without devices)."""
+def judge_gemm(report: BurninReport, node: Node, row: GemmRow, f: Floors, table) -> float | None:
+    """The GEMM rules for one node with a result; returns its mean TFLOPS (None without
+    devices). A clean row whose every figure passes is judged from its columns; anything else
+    from the result's record (`table.gemm_record`), device by device."""
+    tflops = _passing_figures(row, f)
+    if tflops is None:
+        return _judge_devices(report, node, table.gemm_record(node.name), f)
+    count = len(tflops)
+    report.gpu_tflops[node.name] = tflops
+    _gpu_count(report, node, count)
+    relative = max(tflops) * (1 - f.gemm_relative_pct / 100) if count > 1 else None
+    _node_checks(report, node.name, min(tflops), f.gemm_tflops, relative, _NOTHING_BAD, False)
+    return sum(tflops) / count
+
+
+_NOTHING_BAD: dict[str, list[str]] = {
+    "checksum": [], "gemm_floor": [], "gemm_vs_node_best": [], "throttle": []
+}  # fmt: skip
+
+
+@cache
+def _throttle_passes(union: str) -> bool:
+    """No reason of a row's throttle union (comma-joined; a few distinct ones a fleet) fails."""
+    return FAILING_THROTTLE.isdisjoint(union.split(",")) if union else True
+
+
+def _passing_figures(row: GemmRow, f: Floors) -> list[float] | None:
+    """The row's TFLOPS per device when it is clean, no throttle reason fails and every
+    figure is at or above both floors; None when the devices must be read."""
+    if row.clean != "1" or not row.tflops:
+        return None
+    if not _throttle_passes(row.throttle):
+        return None
+    tflops = list(map(float, row.tflops.split(",")))  # finite: `clean` says so
+    worst = min(tflops)
+    relative = max(tflops) * (1 - f.gemm_relative_pct / 100) if len(tflops) > 1 else None
+    if worst < f.gemm_tflops or (relative is not None and worst < relative):
+        return None
+    return tflops
+
+
+def _gpu_count(report: BurninReport, node: Node, count: int) -> None:
+    expected = node.gpu_count if node.has_gpus else 1
+    text = f"gemm ran on {count} of {expected} {'GPUs' if node.has_gpus else 'devices'}"
+    report.verdicts.append(
+        _node(node.name, "gpu_count", count >= expected, C, DRAIN, text, count, expected)
+    )
+
+
+def _node_checks(report, name: str, worst: float, floor: float, relative: float | None,
+                 bad: dict[str, list[str]], hardware: bool) -> None:  # fmt: skip
+    """The node's verdict per GEMM check, each failing one naming its first failing GPU."""
+    figures = {"gemm_floor": (worst, floor), "gemm_vs_node_best": (worst, relative)}
+    add = report.verdicts.append
+    for check, texts in bad.items():
+        if check == "gemm_vs_node_best" and relative is None:
+            continue
+        severity = C if check == "checksum" or (check == "throttle" and hardware) else W
+        message = (
+            texts[0] + (f" (+{len(texts) - 1} more)" if len(texts) > 1 else "") if texts else ""
+        )
+        measured, threshold = figures.get(check, (None, None))
+        unit = "TFLOPS" if check in figures else ""
+        add(_node(name, check, not texts, severity, DRAIN, message, measured, threshold, unit))
+
+
+def _judge_devices(report: BurninReport, node: Node, result: GemmResult, f: Floors) -> float | None:
+    """Per-GPU rules over the record; returns the node's mean TFLOPS (None without devices)."""
     name, devices, add = node.name, result.devices, report.verdicts.append
     report.gpu_tflops[name] = [d.tflops for d in devices]
-    expected = node.gpu_count if node.has_gpus else 1
-    count_ok = len(devices) >= expected
-    add(
-        _node(
-            name,
-            "gpu_count",
-            count_ok,
-            C,
-            DRAIN,
-            f"gemm ran on {len(devices)} of {expected} {'GPUs' if node.has_gpus else 'devices'}",
-            len(devices),
-            expected,
-        )
-    )
+    _gpu_count(report, node, len(devices))
     if not devices:
         return None
     label = "gpu" if result.device_kind == "cuda" else "cpu"
@@ -154,29 +209,7 @@ def judge_gemm(report: BurninReport, node: Node, result: GemmResult, f: Floors) 
             )
             bad["throttle"].append(text)
     worst = min(d.tflops for d in devices)
-    figures = {"gemm_floor": (worst, floor), "gemm_vs_node_best": (worst, relative)}
-    for check, texts in bad.items():
-        if check == "gemm_vs_node_best" and relative is None:
-            continue
-        severity = C if check == "checksum" or (check == "throttle" and hardware) else W
-        message = (
-            texts[0] + (f" (+{len(texts) - 1} more)" if len(texts) > 1 else "") if texts else ""
-        )
-        measured, threshold = figures.get(check, (None, None))
-        unit = "TFLOPS" if check in figures else ""
-        add(
-            _node(
-                name,
-                check,
-                not texts,
-                severity,
-                DRAIN,
-                message if texts else "",
-                measured,
-                threshold,
-                unit,
-            )
-        )
+    _node_checks(report, name, worst, floor, relative, bad, hardware)
     return sum(d.tflops for d in devices) / len(devices)
 
 

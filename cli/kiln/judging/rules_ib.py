@@ -18,11 +18,11 @@ from kiln.fabric.links import check_rails, error_counter_deltas, parse_sysfs_dum
 from kiln.fabric.links import port_error_counters as _counters
 from kiln.inventory.model import Cluster
 from kiln.judging._rules import DRAIN, LOOK, C, W
-from kiln.judging._rules import node_verdict as _node
 from kiln.judging.ib import IbRun
 from kiln.judging.model import NO_IB, IbSection
 from kiln.judging.pairs import localise, median
 from kiln.judging.verdicts import Verdict, num
+from kiln.judging.verdicts import node_verdict as _node
 
 
 def judge_ib(report, cluster: Cluster, ib: IbRun | None, floor_pct: float | None) -> None:

@@ -129,6 +129,28 @@ class Verdict(NamedTuple):
         )
 
 
+_new = tuple.__new__
+
+
+def node_verdict(
+    name: str,
+    check: str,
+    passed: bool,
+    severity: Severity = Severity.INFO,
+    action: Action = Action.NONE,
+    message: str = "",
+    measured: float | None = None,
+    threshold: float | None = None,
+    unit: str = "",
+    rule: str = "",
+) -> Verdict:
+    """A verdict on node `name` for `check` (its action only when it failed). Built without
+    NamedTuple's keyword __new__: a node verdict per check and node, 112,500 at 12,500 nodes."""
+    action = action if not passed else Action.NONE
+    fields = ("node", name, check, passed, measured, threshold, unit, severity, action, message)
+    return _new(Verdict, (*fields, name, rule))
+
+
 def sort_key(v: Verdict) -> tuple:
     """Failing first, most severe first, then by name."""
     return (v.passed, SEVERITY_RANK[v.severity], v.name, v.check)

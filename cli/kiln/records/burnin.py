@@ -128,7 +128,7 @@ def _read_json(path: Path) -> object:
         raise ResultError(f"not JSON: {exc.msg} at line {exc.lineno}") from None
 
 
-def _read_manifest(path: Path) -> dict:
+def read_manifest(path: Path) -> dict:
     """The run's manifest; a malformed one is an error naming the file, never a traceback."""
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
@@ -144,7 +144,7 @@ def _read_manifest(path: Path) -> dict:
     return manifest
 
 
-def _json_stems(directory: Path, since: int | None = None) -> set[str] | None:
+def json_stems(directory: Path, since: int | None = None) -> set[str] | None:
     """The names of a result directory's *.json files (not hidden ones, as glob), unsorted;
     None, without listing 100,000 names, when no entry was added or removed there since
     `since` (the compact file's mtime in ns: every file was stored before its last lines)."""
@@ -182,10 +182,10 @@ def load_run(run_dir: Path | str) -> RunResults:
     layout = RunLayout(Path(run_dir))
     if not layout.root.is_dir():
         raise InvalidInputError(f"burn-in run directory {layout.root} does not exist")
-    manifest = _read_manifest(layout.manifest) if layout.manifest.is_file() else {}
+    manifest = read_manifest(layout.manifest) if layout.manifest.is_file() else {}
     run = RunResults(manifest=manifest)
     packed, since = _read_compact(layout.root / compact.FILENAME)  # collect's one-file copy
-    found = _json_stems(layout.root / "gemm", since)
+    found = json_stems(layout.root / "gemm", since)
     for node in manifest.get("nodes") or sorted({*(found or ()), *packed.gemm}):
         result = packed.gemm.get(node)
         try:
@@ -200,7 +200,7 @@ def load_run(run_dir: Path | str) -> RunResults:
             run.gemm[node] = result
         except (OSError, ResultError) as exc:
             run.gemm[node] = NoResult(node, f"{NO_RESULT} ({exc})")
-    jobs = _json_stems(layout.root / "allreduce", since)
+    jobs = json_stems(layout.root / "allreduce", since)
     submitted = list(manifest.get("allreduce_jobs") or ())
     extra = {*(jobs or ()), *packed.allreduce}.difference(submitted)  # then in glob's order
     for job in [*dict.fromkeys(submitted), *sorted(extra, key=lambda j: f"{j}.json")]:

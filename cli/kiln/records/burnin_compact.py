@@ -1,7 +1,7 @@
-"""A burn-in run record read for the fast path: its compact file's columns, when they hold the
-whole run (kiln.judging.columns judges them); None whenever anything would need the records.
+"""A burn-in run record read from its compact file alone, when that file holds the whole run;
+None whenever anything would need the records read one file at a time.
 
-    fast = load_compact(run_dir)   # CompactRun, or None: load_run + judge (the records) instead
+    fast = load_compact(run_dir)   # CompactRun (its ResultTable), or None: load_run instead
 
 None (never a partial answer) when: no manifest or no node in it; no compact file, or one of
 an older format, cut short or with a bad line (load_run then reads it, or each result's own
@@ -18,18 +18,17 @@ from pathlib import Path
 
 from kiln.errors import InvalidInputError
 from kiln.judging import compact
-from kiln.judging.compact_table import CompactTable, read_table
+from kiln.judging.compact_table import read_table
 from kiln.judging.ib import IbRun
 from kiln.judging.results import ResultError
-from kiln.records.burnin import RunLayout, _json_stems, _read_manifest, load_ib
+from kiln.judging.table import ResultTable
+from kiln.records.burnin import RunLayout, json_stems, load_ib, read_manifest
 
 
 @dataclass
 class CompactRun:
     manifest: dict
-    table: CompactTable
-    nodes: list[str]
-    jobs: list[str]
+    table: ResultTable  # its nodes and jobs: the manifest's
     ib: IbRun | None = None
 
 
@@ -38,7 +37,7 @@ def load_compact(run_dir: Path | str) -> CompactRun | None:
     layout = RunLayout(Path(run_dir))
     path = layout.root / compact.FILENAME
     try:
-        manifest = _read_manifest(layout.manifest)
+        manifest = read_manifest(layout.manifest)
         since = path.stat().st_mtime_ns
         table = read_table(path.read_bytes())
     except (OSError, InvalidInputError, ResultError):
@@ -58,7 +57,8 @@ def load_compact(run_dir: Path | str) -> CompactRun | None:
     ):
         return None
     for directory, names in (("gemm", table.gemm), ("allreduce", table.allreduce)):
-        found = _json_stems(layout.root / directory, since)  # None: unchanged since the lines
+        found = json_stems(layout.root / directory, since)  # None: unchanged since the lines
         if found is not None and not found.issubset(names):
             return None  # a result file with no line: the records read it
-    return CompactRun(manifest, table, nodes, list(jobs), load_ib(layout, manifest))
+    table.nodes, table.jobs = nodes, list(jobs)
+    return CompactRun(manifest, table, load_ib(layout, manifest))

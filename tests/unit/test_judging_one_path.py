@@ -1,8 +1,9 @@
-"""The fast path (kiln.judging.columns over the compact file's columns) judges exactly as the
-rules over the records do: over a generated fleet with injected faults, every verdict, reason
-and number of the report is the same. And the cases a site throws at it (a compact file cut
-short by a crash, a line with a wrong column count, a file of an older kiln, a result with no
-line) never pass a GPU whose result is unreadable: they fall back to the records, or the files."""
+"""One judging path (kiln.judging.analysis.judge_results over a ResultTable), over a generated
+fleet with every fault a site sees: each fault gives exactly its verdicts, and nothing else
+fails. The two readers that fill the table (the run's compact file, and each result's own file
+when that is missing or damaged) fill it alike. And the cases a site throws at the compact file
+(cut short by a crash, a line with a wrong column count, a file of an older kiln, a result with
+no line) never pass a GPU whose result is unreadable: the results are read from their files."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from kiln.burnin.judge import judge_run
 from kiln.examples import write_example
 from kiln.inventory import require_valid
 from kiln.judging import compact
-from kiln.judging.analysis import judge
-from kiln.judging.columns import judge_table
+from kiln.judging.analysis import judge, judge_results
 from kiln.judging.compact_table import read_table
 from kiln.judging.pairs import pair_schedule
+from kiln.judging.results import NO_RESULT
+from kiln.judging.table import ResultTable
 from kiln.records.burnin import RunLayout, load_run, write_manifest
 from kiln.records.burnin_compact import load_compact
 
@@ -133,34 +135,79 @@ def _by_records(run: Path, cluster, not_tested=None) -> dict:
                  not_tested=not_tested).to_dict()  # fmt: skip
 
 
-@pytest.mark.parametrize("busy", [None, {"NODE": "not tested (busy): jobs 12 of alice"}])
-def test_the_fast_path_judges_a_faulty_fleet_exactly_as_the_records(cluster, tmp_path, busy):
+def _expected_failures(names: list[str]) -> set[tuple[str, str]]:
+    """(name, check) of every failing verdict the faults of _fleet give, and only those."""
+    n = names
+    return {
+        (n[1], "gemm_floor"), (f"{n[1]}/gpu3", "gemm_floor"),  # 400 TFLOPS: under both floors
+        (n[1], "gemm_vs_node_best"), (f"{n[1]}/gpu3", "gemm_vs_node_best"),
+        (n[2], "checksum"), (f"{n[2]}/gpu5", "checksum"),  # wrong results
+        (n[3], "checksum"), (f"{n[3]}/gpu0", "checksum"),  # bitwise unlike its node
+        (n[4], "checksum"), (f"{n[4]}/gpu2", "checksum"),  # changed between repeats
+        (n[5], "throttle"), (f"{n[5]}/gpu6", "throttle"),  # hw_slowdown
+        # a CUDA error: wrong results, 0 TFLOPS, and its node's mean far below the fleet's
+        (n[6], "checksum"), (f"{n[6]}/gpu1", "checksum"), (n[6], "gemm_floor"),
+        (f"{n[6]}/gpu1", "gemm_floor"), (n[6], "gemm_vs_node_best"),
+        (f"{n[6]}/gpu1", "gemm_vs_node_best"), (n[6], "node_vs_fleet"),
+        (n[7], "gpu_count"),  # 7 of 8 GPUs
+        (n[8], "tested"),  # its result came from another node
+        (n[10], "gemm_vs_node_best"), (f"{n[10]}/gpu4", "gemm_vs_node_best"),
+        (n[11], "result"), (n[12], "result"), (n[13], "result"),  # NaN, garbage, cut short
+        (n[14], "allreduce_node"),  # slow inside the node
+        (n[15], "allreduce_correct"),  # a wrong sum
+        (n[16], "tested"),  # its all-reduce ran on another node
+        (f"allreduce/node-{n[18]}", "result"),  # no output
+        (n[19], "tested"),  # busy
+        (n[22], "allreduce_pairs"),  # slow with every partner
+        ("{}<->{}".format(*_link(n)), "allreduce_link"),  # slow with one partner only
+        ("fabric-ring", "allreduce_fabric"),  # below the rails' floor
+        ("allreduce/node-never-ran", "result"),  # in the manifest: no line, no file
+        (n[23], "result"),  # no file, no line
+    }  # fmt: skip
+
+
+def test_each_fault_of_a_fleet_gives_its_verdicts_and_nothing_else_fails(cluster, tmp_path):
     gemm, jobs = _fleet(cluster)
-    not_tested = {cluster.compute[19].name: busy["NODE"]} if busy else None
-    run = _record(tmp_path, cluster, gemm, jobs, not_tested)
-    fast = load_compact(run)
-    assert fast is not None, "the whole run is in the compact file: the fast path takes it"
-    got = judge_table(cluster, fast.table, fast.nodes, fast.jobs, run_id="r1", suite="quick",
-                      ib=fast.ib, not_tested=not_tested).to_dict()  # fmt: skip
-    expected = _by_records(run, cluster, not_tested)
-    assert got == expected  # every verdict, reason, number, figure and all-reduce row
-    assert judge_run(run, cluster).to_dict() == expected
-    failed = {(v["name"], v["check"]) for v in got["verdicts"] if not v["passed"]}
     names = [n.name for n in cluster.compute]
-    for node, check in [
-        (1, "gemm_floor"), (2, "checksum"), (3, "checksum"), (4, "checksum"), (5, "throttle"),
-        (6, "checksum"), (7, "gpu_count"), (10, "gemm_vs_node_best"), (12, "result"),
-        (13, "result"), (14, "allreduce_node"), (15, "allreduce_correct"), (22, "allreduce_pairs"),
-        (8, "tested"), (16, "tested"),
-    ]:  # fmt: skip
-        assert (names[node], check) in failed, (names[node], check)
-    assert ("allreduce/node-" + names[18], "result") in failed
-    assert ("allreduce/node-never-ran", "result") in failed  # no line, no file
-    assert (names[23], "result") in failed
-    assert ("{}<->{}".format(*_link(names)), "allreduce_link") in failed
-    assert ("fabric-ring", "allreduce_fabric") in failed
-    if busy:
-        assert got["not_tested"][names[19]].startswith("not tested (busy)")
+    busy = {names[19]: "not tested (busy): jobs 12 of alice"}
+    run = _record(tmp_path, cluster, gemm, jobs, busy)
+    fast = load_compact(run)
+    assert fast is not None, "the whole run is in the compact file: the table is read from it"
+    report = judge_results(cluster, fast.table, run_id="r1", suite="quick", ib=fast.ib,
+                           not_tested=busy)  # fmt: skip
+    failed = {(v.name, v.check) for v in report.failures}
+    assert failed == _expected_failures(names)
+    assert report.drain()[names[1]].startswith("kiln: gemm gpu3 400 TFLOPS < floor")
+    assert set(report.not_tested) == {names[8], names[16], names[19]}
+    healthy = {v.check: v for v in report.verdicts if v.name == names[20]}
+    assert set(healthy) == {
+        "result", "gpu_count", "checksum", "gemm_floor", "gemm_vs_node_best", "throttle",
+        "node_vs_fleet", "allreduce_node", "allreduce_pairs",
+    }  # fmt: skip
+    assert all(v.passed for v in healthy.values())
+    assert healthy["gemm_floor"].measured == min(report.gpu_tflops[names[20]])
+    assert healthy["allreduce_node"].threshold is not None
+    assert len(report.allreduce) == len(jobs) - 4  # no output; the untested nodes' own jobs
+    assert judge_run(run, cluster).to_dict() == report.to_dict()
+
+
+def test_the_compact_file_and_the_result_files_fill_the_table_alike(cluster, tmp_path):
+    gemm, jobs = _fleet(cluster)
+    run = _record(tmp_path, cluster, gemm, jobs)
+    from_columns = load_compact(run).table
+    (run / compact.FILENAME).unlink()  # each result read from its own file
+    loaded = load_run(run)
+    from_files = ResultTable.from_records(loaded.gemm, loaded.allreduce, loaded.missing_jobs)
+    for node, row in from_files.gemm.items():  # rows, and why a node has no result
+        assert from_columns.gemm.get(node, NO_RESULT) == row, node
+    for job, row in from_columns.allreduce.items():
+        if isinstance(row, str):  # why it has no result: the files' reader lists it apart
+            assert (f"allreduce/{job}", row) in from_files.missing
+        else:
+            assert from_files.allreduce[job] == row, job
+    node = cluster.compute[2].name  # not clean: its record, from the line's JSON or the file
+    assert from_columns.gemm_record(node) == from_files.gemm_record(node)
+    assert _by_records(run, cluster) == judge_run(run, cluster).to_dict()
 
 
 def _damaged(run: Path, how: str, gemm: dict, jobs: dict) -> None:
@@ -209,7 +256,7 @@ def test_table_names_the_line_it_cannot_read():
         read_table(b"#kiln-results 2\n")
     lines = [compact.encode("allreduce", f"node-n{i}", _ALLREDUCE % i) for i in range(3)]
     block = compact.pack(lines).encode()
-    assert read_table(head + block).last("A", "node-n2").startswith("[[")
+    assert read_table(head + block).allreduce_record("node-n2").rows[0].busbw_gbs == 1.5
     for torn in (block[: block.rindex(b"\t")] + b"\n", block.replace(b"\tnode-n1\t", b"\t", 1)):
         with pytest.raises(compact.ResultError, match="line 2: block of 3 A results"):
             read_table(head + torn)
