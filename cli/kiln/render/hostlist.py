@@ -64,6 +64,11 @@ def compress(names: Iterable[str]) -> str:
 
 def _by_width(digit_strings: list[str]) -> list[tuple[int, list[int]]]:
     """Split numbers into zero-padded widths; `100` joins the width-3 group of `001`."""
+    lengths = set(map(len, digit_strings))
+    if len(lengths) == 1:  # one length (gpu00001..gpu12500, the usual case): one group
+        (length,) = lengths
+        padded = length > 1 and any(d.startswith("0") for d in digit_strings)
+        return [(length if padded else 0, sorted(set(map(int, digit_strings))))]
     padded = {len(d) for d in digit_strings if d.startswith("0") and len(d) > 1}
     groups: dict[int, set[int]] = {}
     for digits in digit_strings:
