@@ -40,7 +40,9 @@ class Node(BaseModel):
     threads_per_core: int
     real_memory_mb: int
     power: PowerSpec = Field(default_factory=PowerSpec)
-    hostvars: dict = Field(default_factory=dict, repr=False)
+    # The written variables, whatever their type: a dict built for this node (kiln.inventory.build)
+    # is kept as it is; validating it as `dict` would copy it (a fifth of building a node).
+    hostvars: InstanceOf[dict] = Field(default_factory=dict, repr=False)
 
     @property
     def profile(self) -> HardwareProfile:
