@@ -68,6 +68,8 @@ def check_patterns(limit: str, nodes: Sequence[_Node], groups: Iterable[str] = (
 def select_hosts(nodes: Sequence[_Node], limit: str | Iterable[str] | None) -> list[str]:
     """Names of the nodes a limit selects, in inventory order."""
     patterns = split_patterns(limit) if isinstance(limit, str) else list(limit or [])
+    if not patterns:  # no limit selects every node: no need to match each against `all`
+        return [node.name for node in nodes]
     plain = [p for p in patterns if not p.startswith(("&", "!"))] or ["all"]
     both = [p[1:] for p in patterns if p.startswith("&")]
     excluded = [p[1:] for p in patterns if p.startswith("!")]
