@@ -427,17 +427,10 @@ def test_run_or_skip():
 
 
 def test_records_are_written_for_good_hosts_and_removed_for_bad_ones():
-    stages = [
-        {
-            "name": "base",
-            "hosts": {
-                "a": {"status": "changed"},
-                "b": {"status": "failed"},
-                "c": {"status": "not_run"},
-            },
-        },  # fmt: skip
-        {"name": "slurm", "hosts": {"a": {"status": "ok"}, "b": {"status": "aborted"}}},
-    ]
+    stages = {  # stage -> host -> its status there
+        "base": {"a": "changed", "b": "failed", "c": "not_run"},
+        "slurm": {"a": "ok", "b": "aborted"},
+    }
     managed = {"base": {"a": {"files": ["/etc/x"], "packages": [], "services": ["chrony"]}}}
     desired = {"base": {"a": "fa", "b": "fb", "c": "fc"}, "slurm": {"a": "sa", "b": "sb"}}
     work = payloads(stages, managed, desired, "RUN", lambda host: {"slurm": {"slurmd": "24.11"}})

@@ -19,6 +19,7 @@ from kiln.commands._progress import StageDisplay
 from kiln.commands.sandbox import plain_progress
 from kiln.plan.stages import Stage
 from kiln.runner.events import StageProgress
+from kiln.runner.outcome import StageOutcome
 from kiln.sandbox import image, releases
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,7 +84,7 @@ def test_no_heartbeat_between_stages_and_many_hosts_are_counted(capsys):
     display.stage_started(Stage("base", "x.yml", ""), hosts, 1)
     clock.now += 10
     display.tick()
-    display.stage_finished(Stage("base", "x.yml", ""), {"status": "ok", "hosts": {}})
+    display.stage_finished(Stage("base", "x.yml", ""), StageOutcome("base", "x.yml", "ok"))
     clock.now += 60
     display.tick()
     shown = [STAMP.sub("", line) for line in lines(capsys)]

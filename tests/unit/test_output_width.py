@@ -27,15 +27,16 @@ from kiln.console import out
 from kiln.judging.model import BurninReport
 from kiln.judging.verdicts import Action, Severity, Verdict
 from kiln.report import render_table as burnin_table
+from kiln.runner.events import HostResult
+from kiln.runner.outcome import StageOutcome
 from kiln.runner.result import RunResult
 from kiln.slurmctl.ops import NodeChange, OpResult
 from kiln.slurmctl.status import ClusterStatus, StatusRow
 from pathlib import Path
 
 names = [{SANDBOX!r}, {LONG!r}]
-hosts = {{n: {{"status": "ok", "failed_task": None, "message": None}} for n in names}}
-stages = [{{"name": s, "status": "ok", "hosts": hosts, "changed": 0,
-           "stopped_by_failure_threshold": False}} for s in ("base", "slurm", "monitoring")]
+hosts = {{n: HostResult(n, "ok") for n in names}}
+stages = [StageOutcome(s, s + ".yml", "ok", hosts) for s in ("base", "slurm", "monitoring")]
 result = RunResult("r1", "inv", "sandbox", "rec", False, None, False, "100%", 0, None, None,
                    "t", names, stages=stages)
 result.finish("t")

@@ -57,7 +57,7 @@ def on_controller(tmp_path, monkeypatch):
     written: list[tuple] = []
 
     def write_records(cluster, stages, managed, desired, run_id):
-        written.append((tuple(entry["name"] for entry in stages), run_id))
+        written.append((tuple(stages), run_id))  # stage -> host -> status
         return {}
 
     monkeypatch.setattr(provision_drift, "write_records", write_records)

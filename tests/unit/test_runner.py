@@ -625,7 +625,7 @@ def test_real_local_run_flows_events_and_stats_end_to_end(tmp_path):
             updates.append(("progress", state.task))
 
         def stage_finished(self, stage, result):
-            updates.append(("done", result["status"]))
+            updates.append(("done", result.status))
 
     first = provision_run(
         real,
@@ -794,6 +794,7 @@ def test_host_message_with_markup_is_printed_as_data(tmp_path, inventory, fake_r
     """The crash of issue 18: `[/dev/sda]` in a host's error was read as a closing tag."""
     from kiln.commands._progress import StageDisplay as LiveDisplay
     from kiln.commands.provision import render_summary
+    from kiln.runner.outcome import StageOutcome
     from kiln.runner.result import RunResult
 
     message = "mkfs failed on [/dev/sda]: [bold]busy[/] \x1b[31mred\x1b[0m\x07"
@@ -813,7 +814,8 @@ def test_host_message_with_markup_is_printed_as_data(tmp_path, inventory, fake_r
     result = RunResult(**{k: summary[k] for k in ("run_id", "inventory", "cluster", "record")},
                        check=False, limit=None, retry_failed=False, batch_size="100%",
                        max_fail_percentage=50, lock_id=None, cleared_stale_lock=None,
-                       started="t", targets=["n1", "n2"], stages=summary["stages"])  # fmt: skip
+                       started="t", targets=["n1", "n2"],
+                       stages=[StageOutcome.from_dict(s) for s in summary["stages"]])  # fmt: skip
     result.finish("t")
     render_summary(result)
     assert f"base: n1 failed at 'Partition [disks]': {shown}" in capsys.readouterr().out

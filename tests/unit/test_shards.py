@@ -22,7 +22,14 @@ from kiln.records import runs as records
 from kiln.runner import engine, workers
 from kiln.runner import execute as runner_execute
 from kiln.runner import merge as stage_merge
-from kiln.runner.events import CappedLog, EventRecorder, ProgressAggregator, StageProgress
+from kiln.runner.events import (
+    CappedLog,
+    EventRecorder,
+    HostResult,
+    ProgressAggregator,
+    StageProgress,
+)
+from kiln.runner.outcome import ShardOutcome
 
 STAGE = Stage("base", str(SMOKE), "")
 RACKS = {"a1": "ra", "a2": "ra", "b1": "rb", "b2": "rb", "c1": "rc", "c2": "rc"}
@@ -140,14 +147,11 @@ def test_plan_by_count_and_workers_round_robin(tmp_path):
 
 
 def test_threshold_is_judged_over_the_whole_stage():
-    def entry(statuses: dict[str, str], stopped=False) -> dict:
-        hosts = {h: {"status": s} for h, s in statuses.items()}
-        return {
-            "hosts": hosts,
-            "status": "successful",
-            "stopped_by_failure_threshold": stopped,
-            "reached_recap": True,
-        }
+    def entry(statuses: dict[str, str], stopped=False) -> ShardOutcome:
+        hosts = {h: HostResult(h, s) for h, s in statuses.items()}
+        return ShardOutcome(
+            "p", "successful", hosts, stopped_by_failure_threshold=stopped, reached_recap=True
+        )
 
     entries = [entry({"a1": "failed", "a2": "aborted"}, stopped=True), entry({"b1": "ok"})]
     merge = stage_merge.StageMerge("base", "base.yml", [])
@@ -163,9 +167,9 @@ def test_threshold_is_judged_over_the_whole_stage():
 def test_stage_merge_keeps_running_counts_as_shards_finish():
     """The stop rule reads counts kept as each shard is added, equal to the full recount."""
 
-    def entry(name: str, statuses: dict[str, str], status="successful", recap=True) -> dict:
-        hosts = {h: {"status": s} for h, s in statuses.items()}
-        return {"name": name, "hosts": hosts, "status": status, "reached_recap": recap}
+    def entry(name: str, statuses: dict[str, str], status="successful", recap=True):
+        hosts = {h: HostResult(h, s) for h, s in statuses.items()}
+        return ShardOutcome(name, status, hosts, reached_recap=recap)
 
     merge = stage_merge.StageMerge("base", "base.yml", [])
     finished = [

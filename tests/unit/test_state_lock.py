@@ -174,7 +174,7 @@ def test_a_lock_lost_in_a_stage_starts_no_further_shard_or_stage(tmp_path, runne
     assert "lock" in result.stopped["reason"] and "was lost" in result.stopped["reason"]
     assert result.stopped["stage"] == "base"
     assert result.stopped["shards_not_started"]  # the compute shards never started
-    assert [(s["name"], s["status"]) for s in result.stages][1] == ("slurm", "skipped")
+    assert [(s.name, s.status) for s in result.stages][1] == ("slurm", "skipped")
     assert result.exit_code == ExitCode.FAILED
     summary = json.loads((Path(result.record) / "summary.json").read_text())
     assert summary["stopped"] == result.stopped
@@ -190,8 +190,8 @@ def test_a_lock_lost_between_stages_stops_before_the_next(tmp_path, runner, monk
         started = _killing_runner(monkeypatch, remote, after=per_stage)
         result = execute(plan, lock=shared, state=state)
     assert len(started) == per_stage  # every shard of base, none of slurm
-    assert result.stages[0]["status"] == "successful"
-    assert result.stages[1] == {**result.stages[1], "status": "skipped", "reason": "lock lost"}
+    assert result.stages[0].status == "successful"
+    assert (result.stages[1].status, result.stages[1].reason) == ("skipped", "lock lost")
     assert result.stopped["stage"] == "slurm"
 
 

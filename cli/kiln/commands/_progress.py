@@ -12,13 +12,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from kiln.console import err, safe
 from kiln.plan.stages import Stage
 from kiln.runner.events import StageProgress
+
+if TYPE_CHECKING:
+    from kiln.runner.outcome import StageOutcome
 
 HEARTBEAT_S = 10.0  # at most this long without a line (the promise is 15 s)
 NAMED = 4  # hosts named in a heartbeat; more are counted
@@ -153,14 +156,14 @@ class StageDisplay:
             else:
                 self._say(line)
 
-    def stage_finished(self, stage: Stage, result: dict[str, Any]) -> None:
+    def stage_finished(self, stage: Stage, result: StageOutcome) -> None:
         with self._lock:
             self.stage = None
             counts: dict[str, int] = {}
-            for host in result["hosts"].values():
-                counts[host["status"]] = counts.get(host["status"], 0) + 1
+            for host in result.hosts.values():
+                counts[host.status] = counts.get(host.status, 0) + 1
             text = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-            line = f"{stage.name}: {result['status']} ({text or 'no host'})"
+            line = f"{stage.name}: {result.status} ({text or 'no host'})"
             if self.rich:
                 self.bar.update(self.task_id, description=line, total=1, completed=1)
             else:

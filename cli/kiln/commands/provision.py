@@ -49,7 +49,7 @@ def confirm_or_refuse(cluster: Cluster, stages: list[Stage], yes: bool, check: b
 
 
 def render_summary(result: RunResult) -> None:
-    stages = [entry["name"] for entry in result.stages]
+    stages = [stage.name for stage in result.stages]
     table = Table(title=f"kiln provision {result.run_id}", title_justify="left")
     table.add_column("host")
     for name in stages:
@@ -63,17 +63,17 @@ def render_summary(result: RunResult) -> None:
             cells.append(f"[{STATUS_STYLE.get(status, '')}]{status}[/]" if status != "-" else "-")
         table.add_row(safe(host), *cells)
     out.print(folded(table))
-    for entry in result.stages:
-        for host, outcome in entry["hosts"].items():
-            if outcome["status"] in (HostStatus.FAILED, HostStatus.UNREACHABLE):
+    for stage in result.stages:
+        for host, outcome in stage.hosts.items():
+            if outcome.bad:
                 out.print(
-                    f"{entry['name']}: {safe(host)} {outcome['status']} at "
-                    f"'{safe(outcome['failed_task'])}': {safe(outcome['message'])}"
+                    f"{stage.name}: {safe(host)} {outcome.status} at "
+                    f"'{safe(outcome.failed_task)}': {safe(outcome.message)}"
                 )
-    for entry in result.stages:
-        if len(entry.get("shards", ())) > 1:
-            parts = [f"{s['name']} {s['status']}" for s in entry["shards"]]
-            out.print(f"{entry['name']} shards: {', '.join(parts)}")
+    for stage in result.stages:
+        if len(stage.shards or ()) > 1:
+            parts = [f"{s.name} {s.status}" for s in stage.shards or ()]
+            out.print(f"{stage.name} shards: {', '.join(parts)}")
     if result.stopped:
         out.print(f"stopped in {result.stopped['stage']}: {safe(result.stopped['reason'])}")
         if result.stopped.get("shards_not_started"):

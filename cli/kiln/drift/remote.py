@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import shlex
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,7 +113,7 @@ def declared_versions(cluster: Cluster, host: str) -> dict[str, dict[str, str]]:
 
 
 def payloads(
-    stages: Iterable[Mapping[str, Any]],
+    stages: Mapping[str, Mapping[str, str]],
     managed: Mapping[str, Mapping[str, Mapping[str, list[str]]]],
     desired: Mapping[str, Mapping[str, str]],
     run_id: str,
@@ -121,12 +121,10 @@ def payloads(
 ) -> dict[str, dict[str, Any]]:
     """host -> node.py's record payload: a record for each stage that ended ok or changed on
     it (its fingerprint, what the run's results named, the versions `versions(host)` declares
-    for it), removal for one that ended badly."""
+    for it), removal for one that ended badly. `stages`: stage -> host -> its status there."""
     out: dict[str, dict[str, Any]] = {}
-    for entry in stages:
-        name = entry["name"]
-        for host, outcome in (entry.get("hosts") or {}).items():
-            status = outcome.get("status")
+    for name, statuses in stages.items():
+        for host, status in statuses.items():
             wanted = desired.get(name, {}).get(host)
             payload = out.setdefault(host, {"records": {}, "remove": []})
             if status in GOOD and wanted is not None:
@@ -146,7 +144,7 @@ def payloads(
 
 def write_records(
     cluster: Cluster,
-    stages: Iterable[Mapping[str, Any]],
+    stages: Mapping[str, Mapping[str, str]],
     managed: Mapping[str, Mapping[str, Mapping[str, list[str]]]],
     desired: Mapping[str, Mapping[str, str]],
     run_id: str,

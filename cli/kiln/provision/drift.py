@@ -52,5 +52,5 @@ def record(
     if result.check:
         return {}
     desired = probed.desired if probed is not None else fingerprints(full_plan)
-    stages = [entry for entry in result.stages if entry["name"] not in ALWAYS]
-    return write_records(cluster, stages, result.managed, desired, result.run_id)
+    statuses = {stage.name: stage.statuses() for stage in result.stages if stage.name not in ALWAYS}
+    return write_records(cluster, statuses, result.managed, desired, result.run_id)

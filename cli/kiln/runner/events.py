@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, fields
 from typing import IO, Any
 
 from kiln.records.status import BAD, GOOD, HostStatus, worse
@@ -59,8 +59,19 @@ class HostResult:
     failed_task: str | None = None
     message: str | None = None
 
+    @property
+    def bad(self) -> bool:
+        """Failed or unreachable."""
+        return self.status in BAD
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, host: str, data: Mapping[str, Any]) -> HostResult:
+        """A host's result as a summary holds it (keys this kiln does not know left out)."""
+        known = {item.name for item in fields(cls)}
+        return cls(**{**{k: v for k, v in data.items() if k in known}, "host": host})
 
 
 @dataclass(slots=True)

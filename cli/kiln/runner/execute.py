@@ -25,6 +25,7 @@ from kiln.runner import engine, merge, workers
 from kiln.runner.engine import PlaybookRequest, PlaybookResult
 from kiln.runner.events import CappedLog, EventRecorder, ProgressAggregator, StageProgress
 from kiln.runner.hold import Hold, StopCheck
+from kiln.runner.outcome import ShardOutcome, StageOutcome
 from kiln.runner.private import RunSecrets
 from kiln.runner.result import RunResult
 
@@ -34,7 +35,7 @@ FACTS_KEY = "kiln_preflight"  # set_stats key the preflight role saves its facts
 class Listener(Protocol):
     def stage_started(self, stage: Stage, hosts: list[str], batches: int) -> None: ...
     def progress(self, state: StageProgress) -> None: ...
-    def stage_finished(self, stage: Stage, result: dict[str, Any]) -> None: ...
+    def stage_finished(self, stage: Stage, result: StageOutcome) -> None: ...
 
 
 class _Quiet:
@@ -44,7 +45,7 @@ class _Quiet:
     def progress(self, state: StageProgress) -> None:
         pass
 
-    def stage_finished(self, stage: Stage, result: dict[str, Any]) -> None:
+    def stage_finished(self, stage: Stage, result: StageOutcome) -> None:
         pass
 
 
@@ -130,8 +131,8 @@ def _crashed(plan: Plan, record: RunRecord, result: RunResult, error: BaseExcept
             reason += f" (traceback in {record.path / 'error.txt'})"
         except OSError:
             pass
-    done = {entry["name"] for entry in result.stages}
-    failed = {h for e in result.stages for h, r in e["hosts"].items() if r["status"] in merge.BAD}
+    done = {outcome.name for outcome in result.stages}
+    failed = {h for outcome in result.stages for h, r in outcome.hosts.items() if r.bad}
     stopped_in = None
     for planned in plan.stages:
         if planned.stage.name in done:
@@ -206,10 +207,10 @@ class _Run:
                 for later in stages[index:]:
                     self.result.stages.append(merge.skipped_stage(later.stage, "lock lost"))
                 return
-            entry = self.stage(planned, hosts)
-            self.result.stages.append(entry)
-            self.listener.stage_finished(stage, entry)
-            bad |= merge.held_back(entry)
+            outcome = self.stage(planned, hosts)
+            self.result.stages.append(outcome)
+            self.listener.stage_finished(stage, outcome)
+            bad |= merge.held_back(outcome)
             if self.result.stopped:
                 for later in stages[index + 1 :]:
                     self.result.stages.append(
@@ -217,7 +218,7 @@ class _Run:
                     )
                 return
 
-    def stage(self, planned: StagePlan, hosts: list[str]) -> dict[str, Any]:
+    def stage(self, planned: StagePlan, hosts: list[str]) -> StageOutcome:
         stage = planned.stage
         shards = list(self.plan.shards_left(planned, hosts))
         self.listener.stage_started(stage, hosts, sum(shard.batches for shard in shards))
@@ -233,17 +234,17 @@ class _Run:
         if stop is None and rest:
             stop = self._parallel(planned, rest, aggregate, folded, len(hosts))
         elif stop is not None:
-            folded.not_started += [s.to_dict() for s in rest]
-        entry = folded.entry()
+            folded.not_started += rest
         if stop is not None:
             folded.stopped_overall = stop[1]
-            entry = folded.entry()
+        outcome = folded.entry()
+        if stop is not None:
             self.result.stopped = {"stage": stage.name, "reason": stop[0]}
-            if entry["shards_not_started"]:
-                self.result.stopped["shards_not_started"] = entry["shards_not_started"]
+            if outcome.shards_not_started:
+                self.result.stopped["shards_not_started"] = outcome.shards_not_started
         if stage.name == "preflight" and self.facts:
             self.record.write_facts(self.facts)
-        return entry
+        return outcome
 
     def _parallel(self, planned, shards, aggregate, folded, total) -> tuple[str, bool] | None:
         stage = planned.stage
@@ -266,12 +267,10 @@ class _Run:
                 if stop is None:
                     stop = self._stop_reason(folded, total, controllers_done=False)
                 if stop is not None and pending:
-                    folded.not_started += [s.to_dict() for s in pending]
+                    folded.not_started += pending
                     pending = []
         order = {s.name: i for i, s in enumerate(shards)}
-        folded.shard_entries.sort(
-            key=lambda e: (not e.get("controllers"), order.get(e["name"], -1))
-        )
+        folded.shard_entries.sort(key=lambda s: (not s.controllers, order.get(s.name, -1)))
         return stop
 
     def _stop_reason(self, folded, total, *, controllers_done) -> tuple[str, bool] | None:
@@ -297,7 +296,7 @@ class _Run:
             self.exports[shard.name] = path
         return path
 
-    def shard(self, stage: Stage, shard: Shard, aggregate: ProgressAggregator) -> dict:
+    def shard(self, stage: Stage, shard: Shard, aggregate: ProgressAggregator) -> ShardOutcome:
         started = now().isoformat(timespec="seconds")
         hosts = list(shard.hosts)
         directory = self.record.stage_dir(stage.name) / shard.name
@@ -342,19 +341,13 @@ class _Run:
         with self.lock:  # what the stage manages per host: kiln.drift records it on the node
             found = self.result.managed.setdefault(stage.name, {})
             found.update({host: m.to_dict() for host, m in recorder.managed.items()})
-        entry = merge.stage_entry(stage, result, hosts, shard.batches)
-        entry.update(
-            name=shard.name,
-            worker=shard.worker,
-            controllers=shard.controllers,
-            started=started,
-            finished=now().isoformat(timespec="seconds"),
-        )
+        finished = now().isoformat(timespec="seconds")
+        outcome = merge.shard_outcome(shard, result, started, finished)
         if stage.name == "preflight" and FACTS_KEY in result.artifact_data:
             with self.lock:
                 self.facts.update(result.artifact_data[FACTS_KEY])
-        self._log_shard(stage, shard, entry["status"])
-        return entry
+        self._log_shard(stage, shard, outcome.status)
+        return outcome
 
     def _execute(
         self, shard: Shard, request: PlaybookRequest, recorder: EventRecorder

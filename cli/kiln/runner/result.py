@@ -1,7 +1,7 @@
 """RunResult: what one execution of a Plan did, per stage and per host.
 
-The same document is `kiln provision --json` and the run record's summary.json. Stage entries
-are the per-stage documents kiln.runner.merge builds (hosts, shards, batches, status).
+The same document is `kiln provision --json` and the run record's summary.json. Its stages are
+kiln.runner.outcome's StageOutcome (hosts, shards, batches, status), documents only in to_dict.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 from kiln.errors import ExitCode
 from kiln.records.runs import SUMMARY_SCHEMA_VERSION
 from kiln.records.status import UNFINISHED, HostStatus, worst
+from kiln.runner.outcome import StageOutcome
 
 
 @dataclass(slots=True)
@@ -31,7 +32,7 @@ class RunResult:
     targets: list[str]
     new_nodes: dict[str, list[str]] | None = None
     finished: str | None = None
-    stages: list[dict[str, Any]] = field(default_factory=list)
+    stages: list[StageOutcome] = field(default_factory=list)
     stopped: dict[str, Any] | None = None
     events: dict[str, Any] | None = None  # the event log's size and what the cap dropped
     hosts: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> stage -> status
@@ -51,17 +52,17 @@ class RunResult:
         return self.exit_code == ExitCode.OK
 
     def finish(self, finished: str) -> None:
-        """Fold the stage entries into the per-host verdicts and the exit code."""
-        for entry in self.stages:
-            for name, result in entry["hosts"].items():
-                self.hosts.setdefault(name, {})[entry["name"]] = result["status"]
+        """Fold the stages into the per-host verdicts and the exit code."""
+        for stage in self.stages:
+            for name, result in stage.hosts.items():
+                self.hosts.setdefault(name, {})[stage.name] = result.status
         verdicts = {name: worst(statuses.values()) for name, statuses in self.hosts.items()}
         self.failed_hosts = [h for h, s in verdicts.items() if s == HostStatus.FAILED]
         self.unreachable_hosts = [h for h, s in verdicts.items() if s == HostStatus.UNREACHABLE]
         self.incomplete_hosts = [h for h, s in verdicts.items() if s in UNFINISHED]
-        self.changed = sum(entry.get("changed", 0) for entry in self.stages)
+        self.changed = sum(stage.changed for stage in self.stages)
         self.stopped_by_failure_threshold = any(
-            e["stopped_by_failure_threshold"] for e in self.stages
+            stage.stopped_by_failure_threshold for stage in self.stages
         )
         self.finished = finished
         bad = self.failed_hosts or self.unreachable_hosts or self.incomplete_hosts
@@ -89,7 +90,7 @@ class RunResult:
             "started": self.started,
             "finished": self.finished,
             "targets": self.targets,
-            "stages": self.stages,
+            "stages": [stage.to_dict() for stage in self.stages],
             "stopped": self.stopped,
         }
         if self.new_nodes is not None:
@@ -103,7 +104,7 @@ class RunResult:
             unreachable_hosts=self.unreachable_hosts,
             incomplete_hosts=self.incomplete_hosts,
             changed=self.changed,
-            rolled_out_batches={e["name"]: e["batches"] for e in self.stages},
+            rolled_out_batches={stage.name: stage.batches for stage in self.stages},
             stopped_by_failure_threshold=self.stopped_by_failure_threshold,
             exit_code=self.exit_code,
         )
