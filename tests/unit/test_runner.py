@@ -621,8 +621,8 @@ def test_real_local_run_flows_events_and_stats_end_to_end(tmp_path):
         def stage_started(self, stage, hosts, batches):
             updates.append(("start", stage.name, tuple(hosts), batches))
 
-        def progress(self, state):
-            updates.append(("progress", state.task))
+        def progress(self, update):
+            updates.append(("progress", update.task))
 
         def stage_finished(self, stage, result):
             updates.append(("done", result.status))
@@ -834,9 +834,9 @@ class _MarkupListener:
     def stage_started(self, stage, hosts, batches) -> None:
         pass
 
-    def progress(self, state) -> None:
-        if state.last_message:
-            self.console.print(f"{state.last_host}: {state.last_message}")  # raises MarkupError
+    def progress(self, update) -> None:
+        if update.last_message:
+            self.console.print(f"{update.last_host}: {update.last_message}")  # raises MarkupError
 
     def stage_finished(self, stage, result) -> None:
         pass

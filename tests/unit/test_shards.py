@@ -355,7 +355,7 @@ def test_progress_of_the_shards_is_folded_into_one_stage_line():
     aggregate.callback("b")(two)
     aggregate.shard_finished("a")
     assert seen[-1] == ({"ok": 3, "changed": 1, "failed": 1, "unreachable": 1}, 2, 0)
-    assert (aggregate.state.shards_running, aggregate.state.shards_done) == (1, 1)
+    assert (aggregate.progress_now.shards_running, aggregate.progress_now.shards_done) == (1, 1)
 
 
 def test_folded_progress_follows_recorders_that_update_their_state_in_place():
@@ -376,10 +376,10 @@ def test_folded_progress_follows_recorders_that_update_their_state_in_place():
     assert seen[-1] == {"ok": 35, "changed": 40, "failed": 5, "unreachable": 0}
     folded: dict[str, int] = {}
     for recorder in recorders:
-        for key, value in recorder.state.counts.items():
+        for key, value in recorder.progress_now.counts.items():
             folded[key] = folded.get(key, 0) + value
-    assert aggregate.state.counts == folded
-    assert aggregate.state.batch == 1 and aggregate.state.last_status == "failed"
+    assert aggregate.progress_now.counts == folded
+    assert aggregate.progress_now.batch == 1 and aggregate.progress_now.last_status == "failed"
 
 
 # --- worker controllers ------------------------------------------------------------------------

@@ -96,39 +96,39 @@ class StageDisplay:
             else:
                 self._say(line)
 
-    def progress(self, state: StageProgress) -> None:
+    def progress(self, update: StageProgress) -> None:
         with self._lock:
-            self._progress(state)
+            self._progress(update)
 
-    def _progress(self, state: StageProgress) -> None:
-        c = state.counts
+    def _progress(self, update: StageProgress) -> None:
+        c = update.counts
         where = (
-            f"shards {state.shards_done}/{state.shards} done, {state.shards_running} running"
-            if state.shards > 1
-            else f"batch {state.batch}/{self.batches}"
+            f"shards {update.shards_done}/{update.shards} done, {update.shards_running} running"
+            if update.shards > 1
+            else f"batch {update.batch}/{self.batches}"
         )
         self.text = (
-            f"[bold]{state.stage}[/] {where}  ok {c['ok']}  "
+            f"[bold]{update.stage}[/] {where}  ok {c['ok']}  "
             f"changed {c['changed']}  failed {c['failed']}  unreachable {c['unreachable']}"
         )
-        if state.task != self.last_task:
-            self.last_task, self.answered = state.task, set()
+        if update.task != self.last_task:
+            self.last_task, self.answered = update.task, set()
             self.task_start = self.clock()
             if not self.rich:
-                self._say(f"{state.stage}: task {safe(state.task)}")
-        elif state.last_host:
-            self.answered.add(state.last_host)
+                self._say(f"{update.stage}: task {safe(update.task)}")
+        elif update.last_host:
+            self.answered.add(update.last_host)
         if self.rich:
             self.last_line = self.clock()
             self.bar.update(
-                self.task_id, description=f"{self.text}  [dim]{safe(state.task or '')}[/]"
+                self.task_id, description=f"{self.text}  [dim]{safe(update.task or '')}[/]"
             )
-        if state.last_message:
+        if update.last_message:
             self._say(
-                f"{state.stage}: {safe(state.last_host)} {state.last_status}: "
-                f"{safe(state.last_message)}"
+                f"{update.stage}: {safe(update.last_host)} {update.last_status}: "
+                f"{safe(update.last_message)}"
             )
-            state.last_message = None
+            update.last_message = None
 
     def heartbeat(self) -> str:
         """`<stage>: still running '<task>' on <hosts> (<n>s in the task, <m>s in the stage)`."""

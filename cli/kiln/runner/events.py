@@ -152,25 +152,25 @@ class ProgressAggregator:
     """
 
     def __init__(self, stage: str, shards: int, progress: ProgressCallback | None) -> None:
-        self.state = StageProgress(stage, shards=shards)
+        self.progress_now = StageProgress(stage, shards=shards)
         self.progress = progress
         self.per_shard: dict[str, dict[str, int]] = {}  # each shard's counts at its last report
         self._lock = threading.Lock()
 
     def shard_started(self, shard: str) -> None:
         with self._lock:
-            self.state.shards_running += 1
+            self.progress_now.shards_running += 1
             self._emit()
 
     def shard_finished(self, shard: str) -> None:
         with self._lock:
-            self.state.shards_running -= 1
-            self.state.shards_done += 1
+            self.progress_now.shards_running -= 1
+            self.progress_now.shards_done += 1
 
     def callback(self, shard: str) -> ProgressCallback:
         def report(state: StageProgress) -> None:
             with self._lock:
-                total = self.state
+                total = self.progress_now
                 before = self.per_shard.get(shard, {})
                 for key, value in state.counts.items():
                     change = value - before.get(key, 0)
@@ -187,7 +187,7 @@ class ProgressAggregator:
 
     def _emit(self) -> None:
         if self.progress is not None:
-            self.progress(self.state)
+            self.progress(self.progress_now)
 
 
 def failure_message(res: Any) -> str | None:
@@ -226,7 +226,7 @@ class EventRecorder:
         self.redact = redact
         self.log = log
         self.progress = progress
-        self.state = StageProgress(stage)
+        self.progress_now = StageProgress(stage)
         self.hosts: dict[str, HostResult] = {}
         self.live: dict[str, str] = {}
         self.stats: dict[str, dict[str, int]] | None = None
@@ -261,11 +261,11 @@ class EventRecorder:
         record: dict[str, Any] | None = None
         if kind == "playbook_on_play_start":
             self.batches += 1
-            self.state.batch = self.batches
+            self.progress_now.batch = self.batches
             record = {"play": data.get("play"), "batch": self.batches}
         elif kind == "playbook_on_task_start":
-            self.state.task = data.get("task")
-            record = {"task": self.state.task}
+            self.progress_now.task = data.get("task")
+            record = {"task": self.progress_now.task}
         elif kind in HOST_EVENTS:
             record = self._host_event(kind, data)
         elif kind == "playbook_on_no_hosts_remaining":
@@ -289,7 +289,7 @@ class EventRecorder:
             else:
                 self.log.write(json.dumps(line, separators=(",", ":"), default=str) + "\n")
         if record is not None and self.progress is not None and kind != "playbook_on_stats":
-            self.progress(self.state)
+            self.progress(self.progress_now)
         return False  # ansible-runner writes no per-event JSON file
 
     def _host_event(self, kind: str, data: dict[str, Any]) -> dict[str, Any] | None:
@@ -320,8 +320,8 @@ class EventRecorder:
                 self.managed.setdefault(host, Managed()).add(action, res)
             live = HostStatus.CHANGED if changed else HostStatus.OK
         self._count(host, live)
-        self.state.last_host, self.state.last_status = host, status
-        self.state.last_message = result.message if status in BAD else None
+        self.progress_now.last_host, self.progress_now.last_status = host, status
+        self.progress_now.last_message = result.message if status in BAD else None
         return record
 
     def _count(self, host: str, status: str) -> None:
@@ -330,8 +330,8 @@ class EventRecorder:
         if previous is not None and not worse(status, previous):
             return
         if previous is not None:
-            self.state.counts[previous] -= 1
-        self.state.counts[status] += 1
+            self.progress_now.counts[previous] -= 1
+        self.progress_now.counts[status] += 1
         self.live[host] = status
 
     def host_results(self, targets: list[str], *, stopped: bool) -> dict[str, HostResult]:

@@ -34,7 +34,7 @@ FACTS_KEY = "kiln_preflight"  # set_stats key the preflight role saves its facts
 
 class Listener(Protocol):
     def stage_started(self, stage: Stage, hosts: list[str], batches: int) -> None: ...
-    def progress(self, state: StageProgress) -> None: ...
+    def progress(self, update: StageProgress) -> None: ...
     def stage_finished(self, stage: Stage, result: StageOutcome) -> None: ...
 
 
@@ -42,7 +42,7 @@ class _Quiet:
     def stage_started(self, stage: Stage, hosts: list[str], batches: int) -> None:
         pass
 
-    def progress(self, state: StageProgress) -> None:
+    def progress(self, update: StageProgress) -> None:
         pass
 
     def stage_finished(self, stage: Stage, result: StageOutcome) -> None:
