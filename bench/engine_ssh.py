@@ -189,8 +189,8 @@ def kiln_run(inventory: Path, play: Path, work: Path) -> int:
     cluster = require_valid(inventory)
     options = PlanOptions(stages=(Stage("engine", str(play), ""),), forks=FORKS)
     plan = make_plan(cluster, options, work / "state")
-    with InventoryLock(plan.inventory_dir, state=work / "state") as held:  # as a command does
-        summary = execute(plan, lock=held, state=work / "state").to_dict()
+    with InventoryLock(plan.inventory_dir, home=work / "state") as held:  # as a command does
+        summary = execute(plan, lock=held, home=work / "state").to_dict()
     if summary["exit_code"] != 0:
         print(json.dumps(summary.get("stopped")), file=sys.stderr)
         return 1

@@ -69,8 +69,8 @@ def timed_runs(cluster, play: Path, state: Path) -> list[float]:
         start = time.monotonic()
         options = PlanOptions(stages=(Stage("latency", str(play), ""),))
         plan = make_plan(cluster, options, state)
-        with InventoryLock(plan.inventory_dir, state=state) as held:  # as a command takes it
-            summary = execute(plan, lock=held, state=state).to_dict()
+        with InventoryLock(plan.inventory_dir, home=state) as held:  # as a command takes it
+            summary = execute(plan, lock=held, home=state).to_dict()
         if summary["exit_code"] != 0:
             raise SystemExit(f"the latency play failed: {summary.get('stopped')}")
         if attempt:

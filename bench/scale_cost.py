@@ -299,8 +299,8 @@ def run_kiln(
         with TreeSampler(os.getpid()) as sampler:
             # Planning stays inside the measured span, as it did when provision() planned.
             plan = make_plan(cluster, options, work / "state")
-            with InventoryLock(plan.inventory_dir, state=work / "state") as held:
-                summary = execute(plan, lock=held, state=work / "state").to_dict()
+            with InventoryLock(plan.inventory_dir, home=work / "state") as held:
+                summary = execute(plan, lock=held, home=work / "state").to_dict()
         own = time.process_time() - own_before - sampler.cpu_s
     # A play with no task leaves every host not_run (kiln's exit code 1); its shards' plays
     # must still have succeeded.

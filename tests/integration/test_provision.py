@@ -123,7 +123,7 @@ def test_bad_inventory_touches_no_container(converged, sandbox, state, tmp_path)
 
 
 def test_held_lock_refuses_a_second_provision(converged, sandbox, state):
-    with InventoryLock(sandbox.inventory, state=state) as held:
+    with InventoryLock(sandbox.inventory, home=state) as held:
         proc = kiln("provision", str(sandbox.inventory), "--stages", STAGES, "--yes", state=state)
     assert proc.returncode == 3, proc.stderr
     assert f"pid {os.getpid()}" in proc.stderr

@@ -98,7 +98,7 @@ def test_shards_in_parallel_never_drain_more_than_the_budget(provisioned_sandbox
     cluster = require_valid(provisioned_sandbox.inventory)
     options = PlanOptions(stages=(stage,), batch_size="1", shard_by="count", shard_size=1,
                           max_parallel_shards=8)  # fmt: skip
-    plan = make_plan(cluster, options, state=tmp_path / "state")
+    plan = make_plan(cluster, options, home=tmp_path / "state")
     [planned] = plan.stages
     compute = [shard for shard in planned.shards if not shard.controllers]
     assert len(planned.shards) == len(compute) + 1 >= 3  # the controllers', then one per node
@@ -117,8 +117,8 @@ def test_shards_in_parallel_never_drain_more_than_the_budget(provisioned_sandbox
     began = time.monotonic()
     sampler.start()
     try:
-        with InventoryLock(plan.inventory_dir, run_id=run_id, state=tmp_path / "state") as held:
-            result = execute(plan, lock=held, state=tmp_path / "state", run_id=run_id)
+        with InventoryLock(plan.inventory_dir, run_id=run_id, home=tmp_path / "state") as held:
+            result = execute(plan, lock=held, home=tmp_path / "state", run_id=run_id)
     finally:
         done.set()
         sampler.join(timeout=30)

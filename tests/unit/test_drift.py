@@ -39,7 +39,7 @@ SANDBOX = ROOT / "inventories" / "sandbox"
 
 
 def _plan(inventory: Path, tmp_path: Path):
-    return make_plan(require_valid(inventory), PlanOptions(), state=tmp_path / "state")
+    return make_plan(require_valid(inventory), PlanOptions(), home=tmp_path / "state")
 
 
 @pytest.fixture
@@ -86,14 +86,14 @@ def test_versions_and_extravars_change_the_fingerprint(inventory, tmp_path):
     plan = _plan(inventory, tmp_path)
     base = fingerprints(plan)
     options = PlanOptions(extravars={"something": 1})
-    other = make_plan(plan.cluster, options, state=tmp_path / "state")
+    other = make_plan(plan.cluster, options, home=tmp_path / "state")
     assert fingerprints(other)["slurm"] != base["slurm"]
 
 
 def test_a_skip_narrows_the_plan(inventory, tmp_path):
     cluster = require_valid(inventory)
     skip = {"base": frozenset({"kiln-node01", "kiln-ctl"}), "power": frozenset({"kiln-node01"})}
-    plan = make_plan(cluster, PlanOptions(skip=skip), state=tmp_path / "state")
+    plan = make_plan(cluster, PlanOptions(skip=skip), home=tmp_path / "state")
     hosts = {s.name: s.hosts for s in plan.stages}
     assert hosts["base"] == ("kiln-node02",) and hosts["power"] == ("kiln-node02",)
     assert hosts["slurm"] == ("kiln-ctl", "kiln-node01", "kiln-node02")

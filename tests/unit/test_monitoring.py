@@ -93,8 +93,8 @@ def test_the_targets_file_lists_every_node_once_and_gpu_nodes_for_dcgm(tmp_path)
 
 
 def test_the_file_is_in_the_plan_as_json_prometheus_reads_and_only_when_on(tmp_path):
-    on = make_plan(require_valid(inventory(tmp_path / "on", ON)), state=tmp_path / "state")
-    off = make_plan(require_valid(inventory(tmp_path / "off", None)), state=tmp_path / "state")
+    on = make_plan(require_valid(inventory(tmp_path / "on", ON)), home=tmp_path / "state")
+    off = make_plan(require_valid(inventory(tmp_path / "off", None)), home=tmp_path / "state")
     assert TARGETS_FILE not in [f.name for f in off.files]
     rendered = next(f for f in on.files if f.name == TARGETS_FILE).content
     groups = json.loads(rendered)
@@ -118,8 +118,8 @@ def test_names_instead_of_addresses_other_ports_and_no_dcgm(tmp_path):
 
 def test_the_plan_shows_the_stage_only_when_the_inventory_turns_it_on(tmp_path):
     state = tmp_path / "state"
-    off = make_plan(require_valid(inventory(tmp_path / "off", None)), state=state)
-    on = make_plan(require_valid(inventory(tmp_path / "on", ON)), state=state)
+    off = make_plan(require_valid(inventory(tmp_path / "off", None)), home=state)
+    on = make_plan(require_valid(inventory(tmp_path / "on", ON)), home=state)
     assert "monitoring" not in [s.name for s in off.stages]
     assert [s.name for s in on.stages][-1] == "monitoring"
     monitoring = next(s for s in on.stages if s.name == "monitoring")
@@ -130,10 +130,10 @@ def test_naming_the_stage_while_it_is_off_is_an_error_not_a_silent_skip(tmp_path
     cluster = require_valid(inventory(tmp_path, None))
     chosen = tuple(select_stages("monitoring"))
     with pytest.raises(InvalidInputError, match="off in this inventory: monitoring") as error:
-        make_plan(cluster, PlanOptions(stages=chosen), state=tmp_path / "state")
+        make_plan(cluster, PlanOptions(stages=chosen), home=tmp_path / "state")
     assert "kiln_monitoring: {enabled: true}" in error.value.hint
     on = require_valid(inventory(tmp_path / "on", ON))
-    plan = make_plan(on, PlanOptions(stages=chosen), state=tmp_path / "state")
+    plan = make_plan(on, PlanOptions(stages=chosen), home=tmp_path / "state")
     assert [s.name for s in plan.stages] == ["monitoring"]
 
 

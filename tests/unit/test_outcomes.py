@@ -80,7 +80,7 @@ def test_a_shard_reads_back_from_its_view_and_the_stages_hosts():
 def test_a_real_summary_reads_back_into_the_outcomes_it_was_written_from(tmp_path, runner):  # noqa: F811
     runner.outcome.update(b1="failed")
     cluster = fleet(tmp_path, max_fail_percentage=0, max_parallel_shards=1)
-    summary = provision_run(cluster, plan_options([STAGE]), state=tmp_path / "state")
+    summary = provision_run(cluster, plan_options([STAGE]), home=tmp_path / "state")
     written = json.loads((Path(summary["record"]) / "summary.json").read_text())
     for document in written["stages"]:
         assert StageOutcome.from_dict(document).to_dict() == document

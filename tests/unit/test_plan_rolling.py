@@ -65,7 +65,7 @@ def test_the_job_wait_shown_is_the_longest_the_inventory_sets(tmp_path):
     host_vars = tmp_path / "host_vars"
     host_vars.mkdir()
     (host_vars / "gpu003.yml").write_text("---\nnccl_drain_timeout_s: 7200\n")
-    plan = make_plan(require_valid(tmp_path), PlanOptions(batch_size="2"), state=tmp_path / "s")
+    plan = make_plan(require_valid(tmp_path), PlanOptions(batch_size="2"), home=tmp_path / "s")
     nccl = next(stage for stage in plan.stages if stage.name == "nccl")
     rolling = plan.rolling(nccl)
     assert rolling is not None

@@ -204,7 +204,7 @@ def test_plan_says_batches_per_shard_and_the_budget_over_all_shards(tmp_path):
 
     write_example(tmp_path, 12)
     options = PlanOptions(batch_size="1", shard_by="count", shard_size=4)
-    plan = make_plan(require_valid(tmp_path), options, state=tmp_path / "s")
+    plan = make_plan(require_valid(tmp_path), options, home=tmp_path / "s")
     nccl = next(stage for stage in plan.stages if stage.name == "nccl")
     rolling = plan.rolling(nccl)
     assert rolling is not None
@@ -218,7 +218,7 @@ def test_plan_says_batches_per_shard_and_the_budget_over_all_shards(tmp_path):
     plan = make_plan(
         require_valid(tmp_path),
         PlanOptions(batch_size="25%", shard_by="count", shard_size=4),
-        state=tmp_path / "s",
+        home=tmp_path / "s",
     )
     nccl = next(stage for stage in plan.stages if stage.name == "nccl")
     rolling = plan.rolling(nccl)

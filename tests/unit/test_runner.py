@@ -73,18 +73,18 @@ def plan_options(stages, **options) -> PlanOptions:
     return PlanOptions(stages=tuple(stages), **options)
 
 
-def run_locked(plan, *, state: Path, run_id: str | None = None, **kwargs):
+def run_locked(plan, *, home: Path, run_id: str | None = None, **kwargs):
     """Execute `plan` under the local lock, taken first as a command takes the cluster's (the
     runner takes none of its own); refused, naming the holder, while another run holds it."""
     run_id = run_id or records.new_run_id()
-    with lock.InventoryLock(plan.inventory_dir, run_id=run_id, state=state) as held:
-        return execute(plan, lock=held, state=state, run_id=run_id, **kwargs)
+    with lock.InventoryLock(plan.inventory_dir, run_id=run_id, home=home) as held:
+        return execute(plan, lock=held, home=home, run_id=run_id, **kwargs)
 
 
-def provision_run(cluster, options: PlanOptions, *, state: Path, listener=None) -> dict:
+def provision_run(cluster, options: PlanOptions, *, home: Path, listener=None) -> dict:
     """What `kiln provision` does: make the plan, execute it; the result as its JSON document."""
-    plan = make_plan(cluster, options, state)
-    return run_locked(plan, listener=listener, state=state).to_dict()
+    plan = make_plan(cluster, options, home)
+    return run_locked(plan, listener=listener, home=home).to_dict()
 
 
 def ev(kind: str, counter: int = 0, **data) -> dict:
@@ -339,7 +339,7 @@ def test_missing_stats_means_the_play_never_reached_its_recap(tmp_path, inventor
     summary = provision_run(
         cluster(inventory, ["n1", "n2"]),
         plan_options([Stage("base", str(SMOKE), "")]),
-        state=tmp_path / "state",
+        home=tmp_path / "state",
     )
     stage = summary["stages"][0]
     assert stage["reached_recap"] is False
@@ -365,7 +365,7 @@ def test_threshold_stop_leaves_later_batches_untouched(tmp_path, inventory, fake
     summary = provision_run(
         cluster(inventory, ["n1", "n2", "n3", "n4"], batch_size=2),
         plan_options(stages),
-        state=tmp_path / "state",
+        home=tmp_path / "state",
     )
     first = summary["stages"][0]
     assert first["stopped_by_failure_threshold"] is True
@@ -416,7 +416,7 @@ def test_hosts_failing_a_stage_are_left_out_of_later_stages(tmp_path, inventory,
     summary = provision_run(
         cluster(inventory, ["n1", "n2"], max_fail=50),
         plan_options(stages),
-        state=state,
+        home=state,
     )
     base = fake_runner.started[1].kwargs
     assert base["limit"].startswith("@") and Path(base["limit"][1:]).read_text() == "n1\n"
@@ -445,7 +445,7 @@ def test_retry_failed_selects_failed_and_unreachable_of_last_run(tmp_path, inven
     assert records.retry_hosts(inventory, state) == ["n2", "n4"]
 
     options = plan_options([Stage("base", str(SMOKE), "")], retry_failed=True)
-    provision_run(cluster(inventory, ["n1", "n2", "n3", "n4"]), options, state=state)
+    provision_run(cluster(inventory, ["n1", "n2", "n3", "n4"]), options, home=state)
     limit = fake_runner.started[0].kwargs["limit"]
     assert Path(limit[1:]).read_text() == "n2\nn4\n"
 
@@ -460,9 +460,9 @@ def test_retry_failed_without_a_previous_run_is_a_usage_error(tmp_path, inventor
 
 def test_second_lock_is_refused_naming_the_holder(tmp_path, inventory):
     state = tmp_path / "state"
-    with lock.InventoryLock(inventory, state=state) as held:
+    with lock.InventoryLock(inventory, home=state) as held:
         with pytest.raises(EnvironmentProblem) as refused:
-            lock.InventoryLock(inventory, state=state).acquire()
+            lock.InventoryLock(inventory, home=state).acquire()
         assert refused.value.exit_code == ExitCode.ENVIRONMENT
         assert f"pid {os.getpid()} on {socket.gethostname()}" in refused.value.message
         assert held.info.lock_id in refused.value.message
@@ -486,7 +486,7 @@ def _write_lock(inventory: Path, state: Path, **fields) -> None:
 def test_stale_lock_of_a_dead_pid_on_this_host_is_cleared(tmp_path, inventory):
     state = tmp_path / "state"
     _write_lock(inventory, state)
-    taken = lock.InventoryLock(inventory, state=state)
+    taken = lock.InventoryLock(inventory, home=state)
     taken.acquire()
     assert taken.cleared_stale.lock_id == "dead0001"
     taken.release()
@@ -498,17 +498,17 @@ def test_a_lock_file_without_a_live_holder_never_blocks(tmp_path, inventory):
     state = tmp_path / "state"
     _write_lock(inventory, state, host="other-controller", pid=os.getpid())
     assert lock.read_lock(inventory, state) is None
-    with lock.InventoryLock(inventory, state=state) as taken:
+    with lock.InventoryLock(inventory, home=state) as taken:
         assert taken.cleared_stale.host == "other-controller"
 
 
 def test_provision_under_a_held_lock_touches_nothing(tmp_path, inventory, fake_runner):
     state = tmp_path / "state"
-    with lock.InventoryLock(inventory, state=state), pytest.raises(EnvironmentProblem):
+    with lock.InventoryLock(inventory, home=state), pytest.raises(EnvironmentProblem):
         provision_run(
             cluster(inventory, ["n1"]),
             plan_options([Stage("base", str(SMOKE), "")]),
-            state=state,
+            home=state,
         )
     assert fake_runner.started == []
     assert not (state / "runs").exists()
@@ -555,10 +555,10 @@ def test_stage_selection_keeps_canonical_order(tmp_path):
 
 def test_state_dir_follows_kiln_home(tmp_path, monkeypatch):
     monkeypatch.setenv("KILN_HOME", str(tmp_path / "home"))
-    assert records.state_dir() == tmp_path / "home"
+    assert records.runs_home() == tmp_path / "home"
     monkeypatch.delenv("KILN_HOME")
     monkeypatch.chdir(tmp_path)
-    assert records.state_dir() == tmp_path / ".kiln"
+    assert records.runs_home() == tmp_path / ".kiln"
 
 
 # --- a real run over the local connection ------------------------------------------------------
@@ -631,7 +631,7 @@ def test_real_local_run_flows_events_and_stats_end_to_end(tmp_path):
         real,
         plan_options(stages),
         listener=Listener(),
-        state=state,
+        home=state,
     )
     assert first["exit_code"] == 0, first
     assert first["changed"] == 3  # the marker file, once per host
@@ -643,7 +643,7 @@ def test_real_local_run_flows_events_and_stats_end_to_end(tmp_path):
     assert (record / "events.jsonl").stat().st_size > 0
     assert not list(record.glob("preflight/artifacts/*/job_events/*.json"))  # compact
 
-    second = provision_run(real, plan_options(stages), state=state)
+    second = provision_run(real, plan_options(stages), home=state)
     assert second["exit_code"] == 0 and second["changed"] == 0
 
 
@@ -707,7 +707,7 @@ def test_real_local_run_stops_at_the_failure_threshold(tmp_path):
     summary = provision_run(
         real,
         plan_options([Stage("preflight", str(SMOKE), "")]),
-        state=tmp_path / "state",
+        home=tmp_path / "state",
     )
     stage = summary["stages"][0]
     assert summary["exit_code"] == 1
@@ -766,7 +766,7 @@ def test_plain_progress_lines_when_stderr_is_not_a_tty(tmp_path, inventory, fake
             cluster(inventory, ["n1"]),
             plan_options([Stage("base", str(SMOKE), "")]),
             listener=display,
-            state=tmp_path / "state",
+            home=tmp_path / "state",
         )
     lines = [re.sub(r"^\d\d:\d\d:\d\d ", "", line) for line in capsys.readouterr().err.splitlines()]
     assert lines == [
@@ -804,7 +804,7 @@ def test_host_message_with_markup_is_printed_as_data(tmp_path, inventory, fake_r
             cluster(inventory, ["n1", "n2"], max_fail=50),
             plan_options([Stage("base", str(SMOKE), "")]),
             listener=display,
-            state=tmp_path / "state",
+            home=tmp_path / "state",
         )
     shown = "mkfs failed on [/dev/sda]: [bold]busy[/] red\\x07"
     assert any(
@@ -855,7 +855,7 @@ def test_an_exception_in_the_event_handler_fails_the_run_and_retry_retries(
         cluster(inventory, ["n1", "n2", "n3"], max_fail=50),
         plan_options(stages),
         listener=_MarkupListener(),
-        state=state,
+        home=state,
     )
     assert len(fake_runner.started) == 1  # the replay went on to the recap after the error
     assert summary["exit_code"] == ExitCode.FAILED
@@ -874,7 +874,7 @@ def test_an_exception_in_the_event_handler_fails_the_run_and_retry_retries(
 
     fake_runner.script.update(events=[stats(ok={"n1": 1, "n2": 1, "n3": 1})], status="successful")
     options = plan_options(stages, retry_failed=True)
-    again = provision_run(cluster(inventory, ["n1", "n2", "n3"]), options, state=state)
+    again = provision_run(cluster(inventory, ["n1", "n2", "n3"]), options, home=state)
     limit = fake_runner.started[1].kwargs["limit"]
     assert Path(limit[1:]).read_text() == "n1\nn2\nn3\n"
     assert again["exit_code"] == ExitCode.OK
@@ -900,7 +900,7 @@ def test_an_exception_outside_ansible_fails_the_run_without_a_traceback(
     monkeypatch.setattr(execute_module.engine, "run_playbook", first_ok)
     stages = [Stage(name, str(SMOKE), "") for name in ("preflight", "base", "slurm")]
     summary = provision_run(
-        cluster(inventory, ["n1", "n2"]), plan_options(stages), state=tmp_path / "state"
+        cluster(inventory, ["n1", "n2"]), plan_options(stages), home=tmp_path / "state"
     )
     assert summary["hosts"]["n1"] == {"preflight": "ok", "base": "failed"}
     assert summary["stopped"]["stage"] == "base"
@@ -921,7 +921,7 @@ def test_an_interrupt_fails_the_run_and_keeps_its_exit_code(
     state = tmp_path / "state"
     with pytest.raises(KeyboardInterrupt):
         provision_run(
-            cluster(inventory, ["n1"]), plan_options([Stage("base", str(SMOKE), "")]), state=state
+            cluster(inventory, ["n1"]), plan_options([Stage("base", str(SMOKE), "")]), home=state
         )
     record = records.last_run(inventory, state)
     summary = json.loads(record.summary_path.read_text())

@@ -191,7 +191,7 @@ def test_stage_merge_keeps_running_counts_as_shards_finish():
 
 def test_each_shard_gets_its_own_inventory_and_limit(tmp_path, runner):
     cluster = fleet(tmp_path)
-    summary = provision_run(cluster, plan_options([STAGE]), state=tmp_path / "state")
+    summary = provision_run(cluster, plan_options([STAGE]), home=tmp_path / "state")
     assert summary["exit_code"] == 0, summary["stopped"]
     started = runner.started
     assert limit_hosts(started[0]) == ["ctl"]  # first, and alone
@@ -226,15 +226,15 @@ def test_each_shard_gets_its_own_inventory_and_limit(tmp_path, runner):
 
 def test_forks_per_shard_come_from_the_inventory_unless_overridden(tmp_path, runner):
     cluster = fleet(tmp_path, forks=15)
-    provision_run(cluster, plan_options([STAGE]), state=tmp_path / "s1")
+    provision_run(cluster, plan_options([STAGE]), home=tmp_path / "s1")
     assert {k["forks"] for k in runner.started} == {15}
     runner.started.clear()
     options = plan_options([STAGE], forks=7)
-    provision_run(cluster, options, state=tmp_path / "s2")
+    provision_run(cluster, options, home=tmp_path / "s2")
     assert {k["forks"] for k in runner.started} == {7}
     runner.started.clear()
     default = fleet(tmp_path / "d")
-    provision_run(default, plan_options([STAGE]), state=tmp_path / "s3")
+    provision_run(default, plan_options([STAGE]), home=tmp_path / "s3")
     assert {k["forks"] for k in runner.started} == {25}  # the default
 
 
@@ -242,7 +242,7 @@ def test_a_shard_over_its_threshold_stops_only_itself(tmp_path, runner):
     cluster = fleet(tmp_path, max_fail_percentage=30)
     runner.outcome["a1"] = "failed"  # 1 of 7 hosts: 14% overall, 50% inside rack-ra
     stages = [STAGE, Stage("nvidia", str(SMOKE), "")]
-    summary = provision_run(cluster, plan_options(stages), state=tmp_path / "state")
+    summary = provision_run(cluster, plan_options(stages), home=tmp_path / "state")
     base = summary["stages"][0]
     ra = next(s for s in base["shards"] if s["name"] == "rack-ra")
     assert ra["stopped_by_failure_threshold"] is True
@@ -258,7 +258,7 @@ def test_overall_threshold_leaves_remaining_shards_unstarted(tmp_path, runner):
     cluster = fleet(tmp_path, max_fail_percentage=10)
     runner.outcome["a1"] = "unreachable"
     options = plan_options([STAGE], max_parallel_shards=1)
-    summary = provision_run(cluster, options, state=tmp_path / "state")
+    summary = provision_run(cluster, options, home=tmp_path / "state")
     stage = summary["stages"][0]
     assert stage["shards_not_started"] == ["rack-rb", "rack-rc"]
     assert [s["status"] for s in stage["shards"]] == [
@@ -277,7 +277,7 @@ def test_overall_threshold_leaves_remaining_shards_unstarted(tmp_path, runner):
 def test_a_failed_controller_shard_starts_no_compute_shard(tmp_path, runner):
     cluster = fleet(tmp_path, max_fail_percentage=50)
     runner.outcome["ctl"] = "failed"
-    summary = provision_run(cluster, plan_options([STAGE]), state=tmp_path / "state")
+    summary = provision_run(cluster, plan_options([STAGE]), home=tmp_path / "state")
     assert len(runner.started) == 1
     assert "controllers' shard failed" in summary["stopped"]["reason"]
     assert summary["stages"][0]["shards_not_started"] == ["rack-ra", "rack-rb", "rack-rc"]
@@ -287,12 +287,12 @@ def test_retry_failed_runs_only_the_failed_hosts_shards(tmp_path, runner):
     cluster = fleet(tmp_path, max_fail_percentage=50)
     state = tmp_path / "state"
     runner.outcome.update(a2="failed", c1="unreachable")
-    first = provision_run(cluster, plan_options([STAGE]), state=state)
+    first = provision_run(cluster, plan_options([STAGE]), home=state)
     assert sorted(first["failed_hosts"] + first["unreachable_hosts"]) == ["a2", "c1"]
     runner.outcome.clear()
     runner.started.clear()
     options = plan_options([STAGE], retry_failed=True)
-    retry = provision_run(cluster, options, state=state)
+    retry = provision_run(cluster, options, home=state)
     assert retry["targets"] == ["a2", "c1"]
     assert sorted(limit_hosts(k)[0] for k in runner.started) == ["a2", "c1"]
     assert [s["name"] for s in retry["stages"][0]["shards"]] == ["rack-ra", "rack-rc"]
@@ -302,13 +302,13 @@ def test_retry_failed_runs_only_the_failed_hosts_shards(tmp_path, runner):
 def test_new_nodes_refresh_the_rest_and_run_everything_on_the_new(tmp_path, runner):
     state = tmp_path / "state"
     old = local_cluster(tmp_path / "inv", ["a1", "a2"], racks=RACKS, controller="ctl")
-    provision_run(old, plan_options([STAGE]), state=state)
+    provision_run(old, plan_options([STAGE]), home=state)
     grown = local_cluster(tmp_path / "inv", ["a1", "a2", "b1", "b2"], racks=RACKS, controller="ctl")
     assert records.provisioned_hosts(grown.inventory_dir, state) == {"ctl", "a1", "a2"}
     runner.started.clear()
 
     options = plan_options([STAGE], new_nodes=True)
-    summary = provision_run(grown, options, state=state)
+    summary = provision_run(grown, options, home=state)
     assert summary["new_nodes"] == {
         "new": ["b1", "b2"],
         "existing": ["ctl", "a1", "a2"],
@@ -321,7 +321,7 @@ def test_new_nodes_refresh_the_rest_and_run_everything_on_the_new(tmp_path, runn
     assert [limit_hosts(k) for k in base] == [["b1", "b2"]]
     # Nothing new: nothing runs.
     runner.started.clear()
-    again = provision_run(grown, options, state=state)
+    again = provision_run(grown, options, home=state)
     assert again["stages"] == [] and runner.started == [] and again["exit_code"] == 0
 
 
@@ -509,7 +509,7 @@ def test_two_shards_run_in_parallel_for_real(tmp_path):
         controller="ctl",
         rollout={"shard_by": "count", "shard_size": 2, "max_parallel_shards": 2},
     )
-    summary = provision_run(cluster, plan_options([STAGE]), state=tmp_path / "state")
+    summary = provision_run(cluster, plan_options([STAGE]), home=tmp_path / "state")
     assert summary["exit_code"] == 0, summary["stopped"]
     stage = summary["stages"][0]
     assert [(s["name"], s["hosts"]) for s in stage["shards"]] == [
@@ -546,6 +546,6 @@ def test_provision_runs_as_many_shards_as_the_memory_budget_allows(tmp_path, run
     plan = make_plan(cluster, plan_options([STAGE]), tmp_path / "state")
     # (922 - 128 MiB) / (90 + 20 x 15 MiB) per shard, though 64 cores and 6 shards
     assert limits == [2] and plan.stages[0].parallel == 2  # sized when the plan is made
-    summary = provision_run(cluster, plan_options([STAGE]), state=tmp_path / "state")
+    summary = provision_run(cluster, plan_options([STAGE]), home=tmp_path / "state")
     assert summary["exit_code"] == 0
     assert pools == [2]  # the runner runs what the plan sized

@@ -43,9 +43,9 @@ def _cluster(backend_name: str = "auto", path: str = "/var/lib/kiln/state"):
 
 def test_local_holder_is_named_and_freed_on_release(tmp_path):
     state = tmp_path / "state"
-    with lock.InventoryLock(tmp_path, run_id="R1", state=state) as held:
+    with lock.InventoryLock(tmp_path, run_id="R1", home=state) as held:
         with pytest.raises(EnvironmentProblem) as refused:
-            lock.InventoryLock(tmp_path, state=state).acquire()
+            lock.InventoryLock(tmp_path, home=state).acquire()
         message = refused.value.message
         assert refused.value.exit_code == ExitCode.ENVIRONMENT
         for part in (held.info.user, f"pid {os.getpid()} on {socket.gethostname()}",
@@ -61,7 +61,7 @@ def test_a_killed_holder_leaves_no_lock(tmp_path):
         import sys, time
         sys.path.insert(0, {str(REPO / "cli")!r})
         from kiln.records.lock import InventoryLock
-        InventoryLock({str(tmp_path)!r}, state=__import__("pathlib").Path({str(state)!r})).acquire()
+        InventoryLock({str(tmp_path)!r}, home=__import__("pathlib").Path({str(state)!r})).acquire()
         print("held", flush=True)
         time.sleep(60)
     """)
@@ -74,14 +74,14 @@ def test_a_killed_holder_leaves_no_lock(tmp_path):
     finally:
         child.kill()
     assert lock.read_lock(tmp_path, state) is None
-    with lock.InventoryLock(tmp_path, state=state) as taken:
+    with lock.InventoryLock(tmp_path, home=state) as taken:
         assert taken.cleared_stale.pid == child.pid  # what it left is only history
 
 
 def _taker(inventory, state, start, tried, results) -> None:
     start.wait()
     try:
-        taken = lock.InventoryLock(inventory, state=state)
+        taken = lock.InventoryLock(inventory, home=state)
         taken.acquire()
     except EnvironmentProblem:
         results.put("refused")
@@ -286,14 +286,14 @@ def _refused(shared) -> str:
     with pytest.raises(EnvironmentProblem) as refused:
         shared.acquire()
     assert refused.value.exit_code == ExitCode.ENVIRONMENT
-    assert lock.read_lock(EXAMPLE, shared.state) is None  # the local lock was let go too
+    assert lock.read_lock(EXAMPLE, shared.home) is None  # the local lock was let go too
     return f"{refused.value.message} | {refused.value.hint}"
 
 
 def test_auto_never_falls_back_when_the_controller_does_not_answer(tmp_path):
     """A transient SSH failure to the controller (fresh runner, no record here): exit 3,
     never a local lock that a second runner on another machine could also take."""
-    said = _refused(backend.SharedState(_cluster(), state=tmp_path, remote_factory=_unreachable))
+    said = _refused(backend.SharedState(_cluster(), home=tmp_path, remote_factory=_unreachable))
     assert "cannot reach the controller's lock" in said and "Connection refused" in said
     assert "retry" in said and "kiln_state.backend: local" in said
 
@@ -301,7 +301,7 @@ def test_auto_never_falls_back_when_the_controller_does_not_answer(tmp_path):
 def test_auto_never_falls_back_when_the_lock_request_times_out(tmp_path):
     cluster = _cluster("auto", str(tmp_path / "ctl" / "state"))
     said = _refused(backend.SharedState(
-        cluster, state=tmp_path / "a", remote_factory=lambda c: SilentLockRemote("ctl01")
+        cluster, home=tmp_path / "a", remote_factory=lambda c: SilentLockRemote("ctl01")
     ))  # fmt: skip
     assert "cannot reach the controller's lock" in said
 
@@ -313,7 +313,7 @@ def test_auto_falls_back_only_for_a_first_bring_up(tmp_path):
     cluster = _cluster("auto", str(where))
     factory = lambda c: NoSudoRemote("ctl01")  # noqa: E731
     _slurm_run(tmp_path / "a", EXAMPLE, slurm="failed")  # reached slurm, joined nothing
-    with backend.SharedState(cluster, state=tmp_path / "a", remote_factory=factory) as shared:
+    with backend.SharedState(cluster, home=tmp_path / "a", remote_factory=factory) as shared:
         assert shared.backend == "local" and shared.controller is None
         assert "a password is required" in shared.notes[0]
         assert "first bring-up" in shared.notes[0]
@@ -326,7 +326,7 @@ def test_auto_refuses_the_fallback_once_a_run_here_took_the_cluster_through_slur
     cluster = _cluster("auto", str(tmp_path / "ctl" / "state"))
     _slurm_run(tmp_path / "a", EXAMPLE, slurm="changed")
     said = _refused(backend.SharedState(
-        cluster, state=tmp_path / "a", remote_factory=lambda c: NoSudoRemote("ctl01")
+        cluster, home=tmp_path / "a", remote_factory=lambda c: NoSudoRemote("ctl01")
     ))  # fmt: skip
     assert "run 20261201T000000Z-abcdef took this inventory through the slurm stage" in said
     assert "kiln_state.backend: local" in said
@@ -342,7 +342,7 @@ def test_auto_refuses_the_fallback_when_the_state_directory_exists(tmp_path):
     where = tmp_path / "ctl" / "state"
     where.mkdir(parents=True)
     said = _refused(backend.SharedState(
-        _cluster("auto", str(where)), state=tmp_path / "a",
+        _cluster("auto", str(where)), home=tmp_path / "a",
         remote_factory=lambda c: NoSudoRemote("ctl01"),
     ))  # fmt: skip
     assert "exists there" in said and "a password is required" in said
@@ -378,9 +378,7 @@ def test_the_presence_check_cannot_see_through_an_unsearchable_parent(tmp_path):
 
 
 def test_backend_controller_refuses_an_unreachable_controller(tmp_path):
-    shared = backend.SharedState(
-        _cluster("controller"), state=tmp_path, remote_factory=_unreachable
-    )
+    shared = backend.SharedState(_cluster("controller"), home=tmp_path, remote_factory=_unreachable)
     with pytest.raises(EnvironmentProblem) as refused:
         shared.acquire()
     assert refused.value.exit_code == ExitCode.ENVIRONMENT
@@ -389,7 +387,7 @@ def test_backend_controller_refuses_an_unreachable_controller(tmp_path):
 
 def test_backend_local_never_contacts_the_controller(tmp_path):
     with backend.SharedState(
-        _cluster("local"), state=tmp_path, remote_factory=lambda c: pytest.fail("contacted")
+        _cluster("local"), home=tmp_path, remote_factory=lambda c: pytest.fail("contacted")
     ) as shared:
         assert shared.backend == "local"
 
@@ -398,11 +396,11 @@ def test_two_state_dirs_one_controller_only_one_run(tmp_path):
     """Two runners (two state dirs), one cluster: the second exits 3 naming the first."""
     cluster = _cluster("auto", str(tmp_path / "ctl-state"))
     factory = lambda c: LocalRemote("ctl01")  # noqa: E731
-    with backend.SharedState(cluster, run_id="FIRST", state=tmp_path / "a",
+    with backend.SharedState(cluster, run_id="FIRST", home=tmp_path / "a",
                              remote_factory=factory) as first:  # fmt: skip
         assert first.backend == "controller" and first.info.run_id == "FIRST"
         second = backend.SharedState(
-            cluster, run_id="SECOND", state=tmp_path / "b", remote_factory=factory
+            cluster, run_id="SECOND", home=tmp_path / "b", remote_factory=factory
         )
         with pytest.raises(EnvironmentProblem) as refused:
             second.acquire()
@@ -410,7 +408,7 @@ def test_two_state_dirs_one_controller_only_one_run(tmp_path):
         assert lock.read_lock(EXAMPLE, tmp_path / "b") is None
         status = backend.lock_status(cluster, tmp_path / "b", remote_factory=factory)
         assert status.controller.run_id == "FIRST" and status.local is None
-    with backend.SharedState(cluster, state=tmp_path / "b", remote_factory=factory):
+    with backend.SharedState(cluster, home=tmp_path / "b", remote_factory=factory):
         pass
 
 
@@ -420,9 +418,9 @@ def test_a_fresh_runner_reads_the_joined_nodes_from_the_controller(tmp_path):
     summary = {"run_id": "R", "check": False, "finished": "T", "exit_code": 0,
                "stages": [{"name": "base", "status": "ok"}],
                "hosts": {"gpu001": {"base": "ok"}}}  # fmt: skip
-    with backend.SharedState(cluster, state=tmp_path / "a", remote_factory=factory) as first:
+    with backend.SharedState(cluster, home=tmp_path / "a", remote_factory=factory) as first:
         first.push_run(summary)
-    with backend.SharedState(cluster, state=tmp_path / "fresh", remote_factory=factory) as again:
+    with backend.SharedState(cluster, home=tmp_path / "fresh", remote_factory=factory) as again:
         assert again.joined() == {"gpu001"}
 
 
@@ -443,7 +441,7 @@ def test_unlock_shows_the_holder_and_force_never_breaks_a_live_lock(tmp_path, mo
     # sure no run holds it there, so it clears nothing and says why
     assert _cli(["unlock", str(EXAMPLE), "--force"]) == ExitCode.ENVIRONMENT
     assert "cannot reach the controller's lock" in capsys.readouterr().err
-    with lock.InventoryLock(EXAMPLE, run_id="LIVE", state=tmp_path):
+    with lock.InventoryLock(EXAMPLE, run_id="LIVE", home=tmp_path):
         assert _cli(["unlock", str(EXAMPLE)]) == ExitCode.ENVIRONMENT
         assert "run LIVE" in capsys.readouterr().err
         assert _cli(["unlock", str(EXAMPLE), "--force"]) == ExitCode.ENVIRONMENT

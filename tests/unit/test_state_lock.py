@@ -133,7 +133,7 @@ def test_a_killed_holder_leaves_a_record_the_next_taker_reports_as_stale(tmp_pat
 
 
 def test_a_removed_local_lock_file_is_lost(tmp_path):
-    with lock.InventoryLock(tmp_path, state=tmp_path / "state") as held:
+    with lock.InventoryLock(tmp_path, home=tmp_path / "state") as held:
         held.check()
         held.path.unlink()
         with pytest.raises(lock.LockLost) as lost:
@@ -166,9 +166,9 @@ def test_a_lock_lost_in_a_stage_starts_no_further_shard_or_stage(tmp_path, runne
     started = _killing_runner(monkeypatch, remote)
     state = tmp_path / "state"
     plan = make_plan(cluster, plan_options([STAGE, LATER], max_parallel_shards=1), state)
-    shared = backend.SharedState(cluster, run_id="R", state=state, remote_factory=lambda c: remote)
+    shared = backend.SharedState(cluster, run_id="R", home=state, remote_factory=lambda c: remote)
     with shared:
-        result = execute(plan, lock=shared, state=state, run_id="R")
+        result = execute(plan, lock=shared, home=state, run_id="R")
         assert shared.lost
     assert started == [["ctl"]]  # the controllers' shard, in flight when the lock went
     assert "lock" in result.stopped["reason"] and "was lost" in result.stopped["reason"]
@@ -185,10 +185,10 @@ def test_a_lock_lost_between_stages_stops_before_the_next(tmp_path, runner, monk
     remote = Controller()
     state = tmp_path / "state"
     plan = make_plan(cluster, plan_options([STAGE, LATER]), state)
-    with backend.SharedState(cluster, state=state, remote_factory=lambda c: remote) as shared:
+    with backend.SharedState(cluster, home=state, remote_factory=lambda c: remote) as shared:
         per_stage = 1 + 3  # the controllers' shard, then one shard per rack
         started = _killing_runner(monkeypatch, remote, after=per_stage)
-        result = execute(plan, lock=shared, state=state)
+        result = execute(plan, lock=shared, home=state)
     assert len(started) == per_stage  # every shard of base, none of slurm
     assert result.stages[0].status == "successful"
     assert (result.stages[1].status, result.stages[1].reason) == ("skipped", "lock lost")
@@ -257,7 +257,7 @@ def held(tmp_path, monkeypatch):
     monkeypatch.setattr(backend, "controller_remote", lambda c: LocalRemote("ctl01"))
     monkeypatch.setenv("KILN_HOME", str(tmp_path / "here"))
     cluster = require_valid(inventory)
-    holder = backend.SharedState(cluster, run_id="HOLDER", state=tmp_path / "there",
+    holder = backend.SharedState(cluster, run_id="HOLDER", home=tmp_path / "there",
                                  command="provision")  # fmt: skip
     with holder:
         yield cluster

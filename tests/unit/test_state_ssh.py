@@ -35,12 +35,12 @@ def cluster(sshd, tmp_path):
 
 
 def test_two_takers_over_ssh_one_wins_the_other_exits_3(cluster, tmp_path):
-    first = SharedState(cluster, run_id="RUN-A", state=tmp_path / "runner-a")
+    first = SharedState(cluster, run_id="RUN-A", home=tmp_path / "runner-a")
     first.acquire()
     try:
         assert first.backend == "controller"
         assert "ctl01" in first.notes[0] and "127.0.0.2" in first.notes[0]
-        second = SharedState(cluster, run_id="RUN-B", state=tmp_path / "runner-b")
+        second = SharedState(cluster, run_id="RUN-B", home=tmp_path / "runner-b")
         with pytest.raises(EnvironmentProblem) as refused:
             second.acquire()
         assert refused.value.exit_code == ExitCode.ENVIRONMENT
@@ -60,12 +60,12 @@ def test_two_takers_over_ssh_one_wins_the_other_exits_3(cluster, tmp_path):
             time.sleep(0.1)
     finally:
         remote.close()
-    with SharedState(cluster, run_id="RUN-B", state=tmp_path / "runner-b") as second:
+    with SharedState(cluster, run_id="RUN-B", home=tmp_path / "runner-b") as second:
         assert second.info.run_id == "RUN-B"
 
 
 def test_provision_from_another_state_dir_exits_3_naming_the_holder(cluster, tmp_path):
-    with SharedState(cluster, run_id="HOLDER", state=tmp_path / "runner-a"):
+    with SharedState(cluster, run_id="HOLDER", home=tmp_path / "runner-a"):
         proc = subprocess.run(
             [KILN, "provision", str(cluster.inventory_dir), "--stages", "base", "--yes"],
             capture_output=True,

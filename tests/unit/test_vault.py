@@ -292,7 +292,7 @@ def test_a_run_with_vaulted_values_and_no_password_is_refused_before_anything(
     cluster = require_valid(copy)
     monkeypatch.setattr(engine, "init_runner", lambda **kw: pytest.fail("ansible ran"))
     with pytest.raises(InvalidInputError, match="no vault password"):
-        run_locked(_plan(cluster, tmp_path / "state"), state=tmp_path / "state")
+        run_locked(_plan(cluster, tmp_path / "state"), home=tmp_path / "state")
     assert not (tmp_path / "state" / "runs").exists()
 
 
@@ -332,7 +332,7 @@ def test_the_run_record_is_private_and_holds_no_secret(tmp_path, monkeypatch):
 
     monkeypatch.setattr(engine, "init_runner", init_runner)
     state = tmp_path / "state"
-    result = run_locked(_plan(cluster, state), state=state, vault=vault)
+    result = run_locked(_plan(cluster, state), home=state, vault=vault)
     assert result.exit_code != 0
     assert used["env"]["ANSIBLE_VAULT_IDENTITY_LIST"] == f"fixture@{PASSWORD}"
     assert '"__ansible_vault"' in used["text"] and PLAINTEXTS[1] not in used["text"]
@@ -391,7 +391,7 @@ def test_a_vaulted_value_decrypts_in_a_real_play_through_the_environment(tmp_pat
     plan = make_plan(
         cluster, PlanOptions(stages=(Stage("preflight", str(FIXTURE / "decrypt.yml"), ""),)), state
     )
-    result = run_locked(plan, state=state, vault=vault)
+    result = run_locked(plan, home=state, vault=vault)
     assert result.exit_code == 0, result.to_dict()
     key = PLAINTEXTS[2]
     assert {p.name: p.read_text().strip() for p in markers.iterdir()} == {

@@ -64,7 +64,7 @@ from kiln.judging.results import ResultError, allreduce_from_doc
 from kiln.judging.thresholds import FABRIC_BYTES, fabric_floor
 from kiln.parsers import ParseError
 from kiln.records.burnin import RunLayout, manifest_entry, save_report, write_manifest
-from kiln.records.runs import RunRecord, state_dir
+from kiln.records.runs import RunRecord, runs_home
 from kiln.slurmctl import commands
 from kiln.slurmctl import leftovers as L
 from kiln.slurmctl.remote import Controller
@@ -105,7 +105,7 @@ def run_burnin(
         progress(f"skipping {name}: {why}")
     if not usable:
         raise OperationFailed("no selected node can run burn-in", hint="see the skipped nodes")
-    record = RunRecord.create(state_dir())
+    record = RunRecord.create(runs_home())
     outcome = BurninOutcome(
         record.run_id, record.path, target.suite, usable, BurninReport(cluster.name),
         skipped=skipped, cleared=[leftover.describe() for leftover in cleared],

@@ -26,18 +26,18 @@ from kiln.plan.model import (
 )
 from kiln.plan.shards import Shard, always_included, parallel_limit, plan_shards, worker_hosts
 from kiln.plan.stages import REFRESH, Stage, available_stages, stage_hosts
-from kiln.records.runs import provisioned_hosts, retry_hosts, state_dir
+from kiln.records.runs import provisioned_hosts, retry_hosts, runs_home
 
 
 def make_plan(
-    cluster: Cluster, options: PlanOptions | None = None, state: Path | None = None
+    cluster: Cluster, options: PlanOptions | None = None, home: Path | None = None
 ) -> Plan:
     options = options or PlanOptions()
-    state = state or state_dir()
+    home = home or runs_home()
     rollout = _rollout(cluster, options)
-    targets = _targets(cluster, options, state)
+    targets = _targets(cluster, options, home)
     stages = _switched_on(cluster, options.stages)
-    runs, new_nodes = _stage_hosts(cluster, options, stages, targets, state)
+    runs, new_nodes = _stage_hosts(cluster, options, stages, targets, home)
     shard_by = options.shard_by or cluster.rollout.shard_by
     shard_size = options.shard_size or cluster.rollout.shard_size
     workers = worker_hosts(cluster)
@@ -120,7 +120,7 @@ def _on(cluster: Cluster, switch: str) -> bool:
     return bool(getattr(cluster, switch).enabled)
 
 
-def _targets(cluster: Cluster, options: PlanOptions, state: Path) -> list[str]:
+def _targets(cluster: Cluster, options: PlanOptions, home: Path) -> list[str]:
     """The hosts kiln provisions (controllers and compute nodes; a bare kiln_workers host is
     not) that --limit and --retry-failed select."""
     managed = [node for node in cluster.nodes if node.is_controller or node.is_compute]
@@ -130,13 +130,13 @@ def _targets(cluster: Cluster, options: PlanOptions, state: Path) -> list[str]:
     if options.limit and not targets:
         raise InvalidInputError(f"--limit {options.limit!r} selects no host of the inventory")
     if options.retry_failed:
-        retry = set(retry_hosts(cluster.inventory_dir, state))
+        retry = set(retry_hosts(cluster.inventory_dir, home))
         targets = [host for host in targets if host in retry]
     return targets
 
 
 def _stage_hosts(
-    cluster: Cluster, options: PlanOptions, stages: list[Stage], targets: list[str], state: Path
+    cluster: Cluster, options: PlanOptions, stages: list[Stage], targets: list[str], home: Path
 ) -> tuple[list[tuple[Stage, list[str]]], NewNodes | None]:
     """Which stage runs on which hosts. With --new-nodes: REFRESH (the cluster-wide files) on
     the controllers and the provisioned nodes, then every stage on the new nodes only."""
@@ -147,7 +147,7 @@ def _stage_hosts(
     done = (
         set(options.joined)
         if options.joined is not None
-        else provisioned_hosts(cluster.inventory_dir, state)
+        else provisioned_hosts(cluster.inventory_dir, home)
     )
     new = [host for host in targets if host not in done]
     existing = [host for host in targets if host in done]

@@ -10,7 +10,7 @@ from typing import Protocol
 from kiln.inventory import Cluster
 from kiln.plan import Plan, PlanOptions, make_plan
 from kiln.provision.drift import Probed, probe_plan, record
-from kiln.records.runs import ensure_writable, new_run_id, state_dir
+from kiln.records.runs import ensure_writable, new_run_id, runs_home
 from kiln.runner.execute import Listener, execute
 from kiln.runner.result import RunResult
 from kiln.state.hold import hold_cluster
@@ -69,7 +69,7 @@ def provision(
     lock is still held: without it, nothing more is written on the cluster."""
     plan = make_plan(cluster, options.plan)
     events.confirm(plan)
-    ensure_writable(state_dir())  # exit 3 naming it, before any lock is taken
+    ensure_writable(runs_home())  # exit 3 naming it, before any lock is taken
     run = run_id()
     with hold_cluster(cluster, "provision", note=events.note, run_id=run) as shared:
         if options.plan.new_nodes:  # the joined nodes, read under the lock

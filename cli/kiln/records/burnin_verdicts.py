@@ -1,7 +1,7 @@
 """The last burn-in verdict of each node, from the report.json files in kiln's run records.
 
 Burn-in runs store their judged report as `report.json` (kiln.records.burnin) in a run
-directory under the state dir ($KILN_HOME or ./.kiln): `runs/<id>/report.json`,
+directory under kiln's runs home ($KILN_HOME or ./.kiln): `runs/<id>/report.json`,
 `runs/<id>/burnin/report.json` or `burnin/<id>/report.json`. The newest report that judged a
 node gives its verdict; a node no report judged is "unknown".
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 from kiln.errors import KilnError
 from kiln.judging import BurninReport
 from kiln.records.burnin import load_report
-from kiln.records.runs import state_dir
+from kiln.records.runs import runs_home
 
 PATTERNS = ("runs/*/report.json", "runs/*/burnin/report.json", "burnin/*/report.json")
 MAX_REPORTS = 50  # newest first; older ones rarely hold a node the newer ones do not
@@ -48,9 +48,9 @@ def _node_verdict(report: BurninReport, node: str) -> Verdict:
     return Verdict("passed", report.run_id)
 
 
-def last_verdicts(cluster_name: str, nodes: list[str], state: Path | None = None) -> dict:
+def last_verdicts(cluster_name: str, nodes: list[str], home: Path | None = None) -> dict:
     """node -> Verdict for every name in `nodes` (UNKNOWN where no report judged it)."""
-    root = state or state_dir()
+    root = home or runs_home()
     found = {path for pattern in PATTERNS for path in root.glob(pattern)}
     newest = sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)[:MAX_REPORTS]
     verdicts = dict.fromkeys(nodes, UNKNOWN)

@@ -1,6 +1,6 @@
-"""One provision at a time per inventory and state dir: a kernel lock on a file under it.
+"""One provision at a time per inventory and runs home: a kernel lock on a file under it.
 
-The lock is `fcntl.flock` on `<state>/locks/<inventory-key>.lock`, held on an open file for the
+The lock is `fcntl.flock` on `<home>/locks/<inventory-key>.lock`, held on an open file for the
 whole run; the file also holds the holder's JSON (user, host, pid, start time, lock id, run id)
 for the message a second run gets. The kernel drops the lock when the holding process exits,
 however it exits, so a lock cannot outlive its run: there is no stale lock and no takeover.
@@ -8,7 +8,7 @@ The file is never unlinked (unlinking a lock file lets a later taker lock a new 
 earlier one still holds the old: two holders). What a dead run left in the file is only history,
 reported as `cleared_stale` when the next run takes the lock.
 
-This is the local lock: it keeps two runs from one state dir apart. Two runs from two machines or
+This is the local lock: it keeps two runs from one runs home apart. Two runs from two machines or
 directories are kept apart by the lock on the controller (kiln.state, docs/gitops.md). A command
 that holds the cluster's lock (kiln.state.SharedState) hands it to each run it starts
 (kiln.runner.execute's `lock`): a run never takes a lock of its own.
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.errors import EnvironmentProblem
-from kiln.records.runs import inventory_key, now, state_dir
+from kiln.records.runs import inventory_key, now, runs_home
 
 # A taker retries this long before calling the lock held: covers the instant a `kiln unlock`
 # probe holds it to look.
@@ -82,8 +82,8 @@ class LockInfo:
         )
 
 
-def lock_path(inventory: Path, state: Path | None = None) -> Path:
-    return (state or state_dir()) / "locks" / f"{inventory_key(inventory)}.lock"
+def lock_path(inventory: Path, home: Path | None = None) -> Path:
+    return (home or runs_home()) / "locks" / f"{inventory_key(inventory)}.lock"
 
 
 def _parse(text: str, inventory: Path) -> LockInfo | None:
@@ -107,10 +107,10 @@ def _try_flock(fd: int, grace: float) -> bool:
             time.sleep(0.02)
 
 
-def read_lock(inventory: Path, state: Path | None = None) -> LockInfo | None:
+def read_lock(inventory: Path, home: Path | None = None) -> LockInfo | None:
     """The holder of the lock on `inventory`, or None when nobody holds it (whatever a dead run
     left in the file). Looking takes the lock for an instant when it is free."""
-    path = lock_path(Path(inventory).resolve(), state)
+    path = lock_path(Path(inventory).resolve(), home)
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -138,11 +138,11 @@ class InventoryLock:
         inventory: Path,
         *,
         run_id: str | None = None,
-        state: Path | None = None,
+        home: Path | None = None,
         command: str | None = None,
     ):
         self.inventory = Path(inventory).resolve()
-        self.path = lock_path(self.inventory, state)
+        self.path = lock_path(self.inventory, home)
         self.run_id, self.command = run_id, command
         self.info: LockInfo | None = None
         self.cleared_stale: LockInfo | None = None

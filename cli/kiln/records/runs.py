@@ -1,20 +1,20 @@
-"""Where kiln keeps its state, and the run record of each provision.
+"""kiln's runs home (KILN_HOME, else ./.kiln), and the run record of each provision.
 
 State dir: `$KILN_HOME` when set, else `.kiln/` in the current directory (like `.terraform/`:
 run kiln from the repository that holds the inventory and the records sit beside it; CI keeps
 `.kiln/runs/` as an artifact). Layout:
 
-    <state>/runs/<run-id>/summary.json        the versioned summary (also `kiln provision --json`)
-    <state>/runs/<run-id>/events.jsonl        compact event log, one line per event
-    <state>/runs/<run-id>/failed_hosts        hosts that failed, one per line
-    <state>/runs/<run-id>/unreachable_hosts   hosts that were unreachable, one per line
-    <state>/runs/<run-id>/facts.json          facts saved by the preflight stage
-    <state>/runs/<run-id>/<stage>/<shard>/    ansible-runner's private data dir of one shard
-    <state>/runs/<run-id>/shards/<shard>/     the shard's inventory (its hosts + controllers)
-    <state>/runs/<run-id>/files/              cluster-wide files rendered once (slurm.conf)
-    <state>/last_run/<inventory-key>          id of the last run on that inventory
-    <state>/locks/<inventory-key>.lock        the lock of a provision in progress
-    <state>/fact_cache/                       Ansible's jsonfile fact cache
+    <home>/runs/<run-id>/summary.json        the versioned summary (also `kiln provision --json`)
+    <home>/runs/<run-id>/events.jsonl        compact event log, one line per event
+    <home>/runs/<run-id>/failed_hosts        hosts that failed, one per line
+    <home>/runs/<run-id>/unreachable_hosts   hosts that were unreachable, one per line
+    <home>/runs/<run-id>/facts.json          facts saved by the preflight stage
+    <home>/runs/<run-id>/<stage>/<shard>/    ansible-runner's private data dir of one shard
+    <home>/runs/<run-id>/shards/<shard>/     the shard's inventory (its hosts + controllers)
+    <home>/runs/<run-id>/files/              cluster-wide files rendered once (slurm.conf)
+    <home>/last_run/<inventory-key>          id of the last run on that inventory
+    <home>/locks/<inventory-key>.lock        the lock of a provision in progress
+    <home>/fact_cache/                       Ansible's jsonfile fact cache
 
 <inventory-key> is the first 16 hex digits of the SHA-256 of the inventory's absolute path.
 """
@@ -35,7 +35,7 @@ from kiln.records.status import GOOD
 SUMMARY_SCHEMA_VERSION = 1
 
 
-def state_dir() -> Path:
+def runs_home() -> Path:
     home = os.environ.get("KILN_HOME")
     return (Path(home) if home else Path.cwd() / ".kiln").resolve()
 
@@ -53,16 +53,16 @@ def unwritable(error: OSError, path: Path | str | None = None) -> EnvironmentPro
     return EnvironmentProblem(f"cannot write {where}: {why}", hint=STATE_HINT)
 
 
-def ensure_writable(state: Path) -> None:
+def ensure_writable(home: Path) -> None:
     """Refuse to start with a state directory kiln cannot write (exit 3, naming it): found
     before the lock is taken or any host touched, not halfway through a run."""
     try:
-        state.mkdir(parents=True, exist_ok=True)
-        probe = state / f".kiln-write-test-{os.getpid()}"
+        home.mkdir(parents=True, exist_ok=True)
+        probe = home / f".kiln-write-test-{os.getpid()}"
         probe.write_text("ok\n")
         probe.unlink()
     except OSError as error:
-        raise unwritable(error, state) from None
+        raise unwritable(error, home) from None
 
 
 def read_summary(path: Path) -> dict[str, Any]:
@@ -107,14 +107,14 @@ def _write_atomic(path: Path, text: str) -> None:
 class RunRecord:
     """The directory of one run; the core writes it, commands read it."""
 
-    def __init__(self, state: Path, run_id: str) -> None:
-        self.state = state
+    def __init__(self, home: Path, run_id: str) -> None:
+        self.home = home
         self.run_id = run_id
-        self.path = state / "runs" / run_id
+        self.path = home / "runs" / run_id
 
     @classmethod
-    def create(cls, state: Path | None = None, run_id: str | None = None) -> RunRecord:
-        record = cls(state or state_dir(), run_id or new_run_id())
+    def create(cls, home: Path | None = None, run_id: str | None = None) -> RunRecord:
+        record = cls(home or runs_home(), run_id or new_run_id())
         try:
             record.path.mkdir(parents=True, exist_ok=False, mode=0o700)
             record.path.chmod(0o700)  # private whatever the umask: 0700, files 0600
@@ -171,7 +171,7 @@ class RunRecord:
         return [line.strip() for line in path.read_text().splitlines() if line.strip()]
 
     def mark_last(self, inventory: Path) -> None:
-        pointer = self.state / "last_run" / inventory_key(inventory)
+        pointer = self.home / "last_run" / inventory_key(inventory)
         try:
             pointer.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -179,20 +179,20 @@ class RunRecord:
         _write_atomic(pointer, self.run_id + "\n")
 
 
-def last_run(inventory: Path, state: Path | None = None) -> RunRecord | None:
+def last_run(inventory: Path, home: Path | None = None) -> RunRecord | None:
     """The last provision run on this inventory, or None."""
-    state = state or state_dir()
-    pointer = state / "last_run" / inventory_key(inventory)
+    home = home or runs_home()
+    pointer = home / "last_run" / inventory_key(inventory)
     if not pointer.is_file():
         return None
-    record = RunRecord(state, pointer.read_text().strip())
+    record = RunRecord(home, pointer.read_text().strip())
     return record if record.summary_path.is_file() else None
 
 
-def last_run_with(inventory: Path, stage: str, state: Path | None = None) -> RunRecord | None:
+def last_run_with(inventory: Path, stage: str, home: Path | None = None) -> RunRecord | None:
     """The newest run on this inventory whose summary includes `stage` (for `kiln facts`)."""
-    state = state or state_dir()
-    runs = state / "runs"
+    home = home or runs_home()
+    runs = home / "runs"
     if not runs.is_dir():
         return None
     wanted = str(Path(inventory).resolve())
@@ -203,13 +203,13 @@ def last_run_with(inventory: Path, stage: str, state: Path | None = None) -> Run
         summary = read_summary(summary_path)
         stages = [entry.get("name") for entry in summary.get("stages", [])]
         if summary.get("inventory") == wanted and stage in stages:
-            return RunRecord(state, path.name)
+            return RunRecord(home, path.name)
     return None
 
 
-def retry_hosts(inventory: Path, state: Path | None = None) -> list[str]:
+def retry_hosts(inventory: Path, home: Path | None = None) -> list[str]:
     """Hosts that failed or were unreachable in the last run on this inventory."""
-    record = last_run(inventory, state)
+    record = last_run(inventory, home)
     if record is None:
         raise InvalidInputError(
             f"no previous run on {inventory} to retry",
@@ -219,14 +219,14 @@ def retry_hosts(inventory: Path, state: Path | None = None) -> list[str]:
     return list(dict.fromkeys(hosts))
 
 
-def provisioned_hosts(inventory: Path, state: Path | None = None) -> set[str]:
+def provisioned_hosts(inventory: Path, home: Path | None = None) -> set[str]:
     """Hosts some earlier (non-check) run on this inventory took through every stage it ran,
     each ending ok or changed: what `kiln provision --new-nodes` leaves to a refresh.
 
     Reads each run's summary once (linear in runs x hosts).
     """
-    state = state or state_dir()
-    runs = state / "runs"
+    home = home or runs_home()
+    runs = home / "runs"
     wanted = str(Path(inventory).resolve())
     done: set[str] = set()
     if not runs.is_dir():

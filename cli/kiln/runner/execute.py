@@ -20,7 +20,7 @@ from kiln.plan import Plan, StagePlan
 from kiln.plan.model import RUN_INVENTORY
 from kiln.plan.shards import Shard
 from kiln.plan.stages import Stage
-from kiln.records.runs import RunRecord, ensure_writable, new_run_id, now, state_dir, unwritable
+from kiln.records.runs import RunRecord, ensure_writable, new_run_id, now, runs_home, unwritable
 from kiln.runner import engine, merge, workers
 from kiln.runner.engine import PlaybookRequest, PlaybookResult
 from kiln.runner.events import CappedLog, EventRecorder, ProgressAggregator, StageProgress
@@ -54,7 +54,7 @@ def execute(
     *,
     lock: Hold,
     listener: Listener | None = None,
-    state: Path | None = None,
+    home: Path | None = None,
     run_id: str | None = None,
     vault: VaultConfig | None = None,
 ) -> RunResult:
@@ -65,15 +65,15 @@ def execute(
     (kiln.runner.hold). The runner takes no lock of its own: whoever starts a run holds the
     cluster's lock first, so no run can start without it."""
     listener = listener or _Quiet()
-    state = state or state_dir()
+    home = home or runs_home()
     secrets = RunSecrets.for_plan(
         plan, vault if vault is not None else active()
     )  # no secret in the record (kiln.runner.private)
     run_id = run_id or new_run_id()
-    ensure_writable(state)
+    ensure_writable(home)
     inventory = plan.inventory_dir
     with secrets:
-        record = RunRecord.create(state, run_id)
+        record = RunRecord.create(home, run_id)
         result = RunResult(
             run_id=record.run_id,
             inventory=str(inventory),
@@ -103,8 +103,8 @@ def execute(
             # Whatever went wrong (a bug, a full disk, ^C), the summary must say the run failed
             # and name the hosts it left unfinished, so `--retry-failed` runs them again.
             _crashed(plan, record, result, error)
-            if isinstance(error, OSError) and str(error.filename).startswith(str(state)):
-                raise unwritable(error) from error  # a full or read-only state dir: exit 3
+            if isinstance(error, OSError) and str(error.filename).startswith(str(home)):
+                raise unwritable(error) from error  # a full or read-only runs home: exit 3
             if not isinstance(error, Exception) or isinstance(error, KilnError):
                 raise  # ^C and kiln's own errors keep their exit code and message
         finally:
@@ -315,7 +315,7 @@ class _Run:
             inventory=self.export(shard),
             private_data_dir=directory,
             ident=self.record.run_id,
-            fact_cache=self.record.state / "fact_cache",
+            fact_cache=self.record.home / "fact_cache",
             limit=f"@{limit_file}",
             check=self.plan.options.check,
             diff=self.plan.options.check,

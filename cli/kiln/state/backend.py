@@ -2,15 +2,15 @@
 
 `kiln_state.backend` in the inventory:
   auto (default)  the controller (first host of kiln_controllers) when its lock can be taken;
-                  the local state dir only for a cluster not brought up yet: the controller
+                  the local runs home only for a cluster not brought up yet: the controller
                   answered that its state directory does not exist (and it could not be made),
                   and no run record here took this inventory through the slurm stage. Anything
                   else (unreachable, timed out, a state directory that exists but fails) exits 3:
                   a transient fault must never let two runners proceed on local locks.
   controller      the controller, or exit 3 naming why it cannot be used
-  local           the local state dir only (one runner, one directory: today's behaviour)
+  local           the local runs home only (one runner, one directory: today's behaviour)
 
-The local lock (kiln.records.lock) is always taken first: it keeps two runs from one state dir
+The local lock (kiln.records.lock) is always taken first: it keeps two runs from one runs home
 apart even when the controller cannot be reached. The core never prints: what to say goes in
 `notes`.
 """
@@ -29,7 +29,7 @@ from kiln.errors import EnvironmentProblem
 from kiln.fleet import settings_for
 from kiln.inventory import Cluster
 from kiln.records.lock import InventoryLock, LockInfo, LockLost, read_lock
-from kiln.records.runs import provisioned_hosts, read_summary, state_dir
+from kiln.records.runs import provisioned_hosts, read_summary, runs_home
 from kiln.records.status import GOOD
 from kiln.state import cluster as doc
 from kiln.state.controller import (
@@ -79,18 +79,18 @@ class SharedState:
         cluster: Cluster,
         *,
         run_id: str | None = None,
-        state: Path | None = None,
+        home: Path | None = None,
         remote_factory: RemoteFactory | None = None,
         command: str | None = None,
         read: bool = True,
     ) -> None:
         self.cluster = cluster
         self.run_id, self.command, self.read = run_id, command, read
-        self.state = state or state_dir()
+        self.home = home or runs_home()
         self.spec = cluster.state
         self.remote_factory = remote_factory or controller_remote
         self.local = InventoryLock(
-            cluster.inventory_dir, run_id=run_id, state=self.state, command=command
+            cluster.inventory_dir, run_id=run_id, home=self.home, command=command
         )
         self.remote: Remote | None = None
         self.controller: ControllerLock | None = None
@@ -206,19 +206,19 @@ class SharedState:
                 "be looked into: the cluster keeps its state there)",
                 hint=f"fix {path} on the controller, then retry",
             )
-        run_id = brought_up(self.cluster.inventory_dir, self.state)
+        run_id = brought_up(self.cluster.inventory_dir, self.home)
         if run_id is not None:
             return EnvironmentProblem(
                 f"cannot use the controller's lock: {reason}; run {run_id} took this inventory "
                 "through the slurm stage, so `auto` no longer falls back to the local lock",
                 hint=f"let the login user create {path} on the controller (root, or sudo -n), "
-                "or set kiln_state.backend: local to keep this cluster's lock in one state dir",
+                "or set kiln_state.backend: local to keep this cluster's lock in one runs home",
             )
         return None
 
     def joined(self) -> frozenset[str]:
-        """Nodes that have joined: the controller's record, and this state dir's run records."""
-        local = provisioned_hosts(self.cluster.inventory_dir, self.state)
+        """Nodes that have joined: the controller's record, and this runs home's run records."""
+        local = provisioned_hosts(self.cluster.inventory_dir, self.home)
         return frozenset(doc.joined_nodes(self._state) | local)
 
     def push_run(self, summary: dict[str, Any]) -> None:
@@ -256,10 +256,10 @@ class SharedState:
         self.release()
 
 
-def brought_up(inventory: Path, state: Path) -> str | None:
-    """The id of a run in this state dir that took a node of `inventory` through the slurm
+def brought_up(inventory: Path, home: Path) -> str | None:
+    """The id of a run in this runs home that took a node of `inventory` through the slurm
     stage (ok or changed): the cluster has been brought up. None when no run record says so."""
-    runs = state / "runs"
+    runs = home / "runs"
     if not runs.is_dir():
         return None
     wanted = str(Path(inventory).resolve())
@@ -312,10 +312,10 @@ class LockStatus:
 
 
 def lock_status(
-    cluster: Cluster, state: Path | None = None, remote_factory: RemoteFactory | None = None
+    cluster: Cluster, home: Path | None = None, remote_factory: RemoteFactory | None = None
 ) -> LockStatus:
     """Look at both locks; changes nothing."""
-    local = read_lock(cluster.inventory_dir, state)
+    local = read_lock(cluster.inventory_dir, home)
     if cluster.state.backend == "local":
         return LockStatus(local, None, "kiln_state.backend is local", False)
     remote = None
