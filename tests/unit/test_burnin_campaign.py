@@ -114,7 +114,7 @@ def test_infiniband_nodes_are_read_before_and_after_and_their_rails_run_in_round
     from ib_doubles import GEMM, HDR_195, HEALTHY, NODES, ROCE_98, dump, inventory
     from kiln.burnin import dcgm
     from kiln.fabric.links import sysfs_dump_command
-    from kiln.fleet import NodeResult, Status
+    from kiln.fleet import CommandOutcome, NodeResult
 
     cluster = require_valid(inventory(tmp_path / "inv"))
     reads: list[str] = []
@@ -142,7 +142,7 @@ def test_infiniband_nodes_are_read_before_and_after_and_their_rails_run_in_round
                 text = dump(tmp_path / "sysfs" / node.name / phase, ports)
             else:  # the fetch of results
                 text = json.dumps(fetched(node.name))
-            results.append(NodeResult(node.name, node.address, Status.OK, 0, text))
+            results.append(NodeResult(node.name, node.address, CommandOutcome.OK, 0, text))
         return results
 
     monkeypatch.setattr(collect, "run_as_root", over_ssh)
@@ -213,7 +213,7 @@ def test_the_command_composes_install_run_judge_and_report(tmp_path, monkeypatch
     kiln.slurmctl's controller (a kiln-drained node tested, an operator's drain skipped), the
     judged report.json, then report.xml and report.html beside it."""
     from kiln.commands import burnin as command
-    from kiln.fleet import NodeResult, Status
+    from kiln.fleet import CommandOutcome, NodeResult
     from kiln.slurmctl.state import NodeState
 
     cluster = require_valid(SANDBOX)
@@ -240,7 +240,7 @@ def test_the_command_composes_install_run_judge_and_report(tmp_path, monkeypatch
         steps.append(f"install {','.join(names)}")
 
     def over_ssh(group, command):  # every node answers the fetch with no results
-        return [NodeResult(n.name, n.address, Status.OK, 0, "{}") for n in group]
+        return [NodeResult(n.name, n.address, CommandOutcome.OK, 0, "{}") for n in group]
 
     ctl = Slurm({nodes[0]: QUARANTINED, nodes[1]: "bad DIMM; kiln: said so"})
     monkeypatch.setenv("KILN_HOME", str(tmp_path / "state"))
@@ -328,11 +328,11 @@ def results_from(monkeypatch, files: dict[str, dict[str, str]]) -> None:
     """What each node's fetch returns: node -> {record path: text} (results it holds)."""
     import json
 
-    from kiln.fleet import NodeResult, Status
+    from kiln.fleet import CommandOutcome, NodeResult
 
     def over_ssh(group, command):
         return [
-            NodeResult(n.name, n.address, Status.OK, 0, json.dumps(files.get(n.name, {})))
+            NodeResult(n.name, n.address, CommandOutcome.OK, 0, json.dumps(files.get(n.name, {})))
             for n in group
         ]
 
@@ -573,9 +573,9 @@ def test_a_drain_placed_during_the_run_survives_it(tmp_path, monkeypatch):
 
     def meanwhile(group, command):  # the fetch of results, after the jobs ran
         ctl.reasons.update({NODE2: operator, NODE1: health})
-        return [NodeResult(n.name, n.address, Status.OK, 0, "{}") for n in group]
+        return [NodeResult(n.name, n.address, CommandOutcome.OK, 0, "{}") for n in group]
 
-    from kiln.fleet import NodeResult, Status
+    from kiln.fleet import CommandOutcome, NodeResult
 
     monkeypatch.setattr(collect, "run_as_root", meanwhile)
     outcome, lines = campaign_on(tmp_path, ctl, {NODE2: quarantine})

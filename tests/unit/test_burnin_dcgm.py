@@ -9,7 +9,7 @@ from kiln.burnin import collect
 from kiln.burnin import dcgm as D
 from kiln.burnin.campaign import BurninOutcome
 from kiln.burnin.suites import resolve_suite
-from kiln.fleet import NodeResult, Status
+from kiln.fleet import CommandOutcome, NodeResult
 from kiln.inventory import require_valid
 from kiln.judging.model import BurninReport
 from kiln.judging.verdicts import node_verdict
@@ -46,7 +46,7 @@ class Node:
         assert command == D.PROBE
         self.probed += [n.name for n in nodes]
         return [
-            NodeResult(n.name, n.address, Status.OK, 0,
+            NodeResult(n.name, n.address, CommandOutcome.OK, 0,
                        f"kiln-dcgm {'absent' if self.answers[n.name] is None else 'present'}\n"
                        f"kiln-dcgm host {n.name}.example\n")
             for n in nodes
@@ -55,7 +55,7 @@ class Node:
     def run(self, nodes, command, timeout):
         self.ran += [(n.name, command, timeout) for n in nodes]
         return [
-            NodeResult(n.name, n.address, Status.OK, 0,
+            NodeResult(n.name, n.address, CommandOutcome.OK, 0,
                        f"kiln-dcgm host {n.name}.example\n{self.answers[n.name]}kiln-dcgm rc 0\n")
             for n in nodes
         ]  # fmt: skip
@@ -132,14 +132,14 @@ def test_nodes_that_do_not_answer_are_not_validated(tmp_path):
     cluster, outcome, layout = _outcome(tmp_path, GPU8, tested=("gpu001", "gpu002", "gpu003"))
 
     def probe(nodes, command):
-        unreachable = NodeResult("gpu001", "10.0.1.1", Status.UNREACHABLE, error="no route")
-        odd = NodeResult("gpu002", "10.0.1.2", Status.OK, 0, '{"gemm/gpu002.json": "..."}')
-        fine = NodeResult("gpu003", "10.0.1.3", Status.OK, 0, "kiln-dcgm present\n")
+        unreachable = NodeResult("gpu001", "10.0.1.1", CommandOutcome.UNREACHABLE, error="no route")
+        odd = NodeResult("gpu002", "10.0.1.2", CommandOutcome.OK, 0, '{"gemm/gpu002.json": "..."}')
+        fine = NodeResult("gpu003", "10.0.1.3", CommandOutcome.OK, 0, "kiln-dcgm present\n")
         return [unreachable, odd, fine]
 
     def run(nodes, command, timeout):  # dcgmi killed by the SSH timeout: no rc line
-        return [NodeResult("gpu003", "10.0.1.3", Status.TIMEOUT, None, "kiln-dcgm host g3\n",
-                           error="timed out")]  # fmt: skip
+        return [NodeResult("gpu003", "10.0.1.3", CommandOutcome.TIMEOUT, None,
+                           "kiln-dcgm host g3\n", error="timed out")]  # fmt: skip
 
     runs = D.dcgm_phase(cluster.compute, outcome, layout, lambda _: None, probe=probe, run=run)
     assert [(r.node, r.status) for r in runs] == [

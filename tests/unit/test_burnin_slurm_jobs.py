@@ -214,7 +214,7 @@ def test_busy_message_and_progress_name_the_jobs():
 def test_several_job_scripts_go_in_one_exec_and_each_gets_its_id():
     from pathlib import Path
 
-    from kiln.fleet import ExecResult, NodeResult, Status
+    from kiln.fleet import CommandOutcome, ExecResult, NodeResult
     from kiln.inventory import require_valid
     from kiln.slurmctl import commands
     from kiln.slurmctl.remote import Controller
@@ -229,7 +229,7 @@ def test_several_job_scripts_go_in_one_exec_and_each_gets_its_id():
             f"{commands.STEP_MARK} 1\n{commands.STEP_MARK}-rc 1\n"
         )
         node = nodes[0]
-        result = NodeResult(node.name, node.address, Status.OK, 0, out, "sbatch: error: x")
+        result = NodeResult(node.name, node.address, CommandOutcome.OK, 0, out, "sbatch: error: x")
         return ExecResult(command, [result], 0.1, 1, 60.0)
 
     ctl = Controller(cluster, runner=runner)

@@ -14,7 +14,7 @@
    else (a second GOOD, BAD or RANK). A collection with other words beside them is another
    vocabulary (Ansible's recap counters: ok, changed, failures, dark, ...; a stage's status:
    successful, failed, canceled, ...) and stays. The one enum that uses some of the words with
-   another meaning, a command's outcome over SSH, is kiln.fleet.Status.
+   another meaning, a command's outcome over SSH, is kiln.fleet.CommandOutcome.
 
 ALLOWED lists the exceptions that exist today, each with its reason; an entry that no longer
 matches anything fails too, so the list only shrinks.
@@ -35,8 +35,8 @@ ONLY_HOST_STATUS = {HostStatus.NOT_RUN.value, HostStatus.ABORTED.value}
 WORDS = {status.value for status in HostStatus}
 
 HEALTH_READS_FLEET = (
-    "kiln.fleet.Status's words (a command's outcome over SSH, not a host's result): health is "
-    "core and may not import fleet"
+    "kiln.fleet.CommandOutcome's words (a command's outcome over SSH, not a host's result): "
+    "health is core and may not import fleet"
 )
 ALLOWED: dict[str, str] = {
     # a finding, as the checks below spell it: why it stays for now

@@ -22,7 +22,7 @@ from kiln.drift.remote import (
     payloads,
     probe_nodes,
 )
-from kiln.fleet import ExecResult, NodeResult, Status, as_root
+from kiln.fleet import CommandOutcome, ExecResult, NodeResult, as_root
 from kiln.inventory import require_valid
 from kiln.paths import PLAYBOOKS_DIR
 from kiln.plan import PlanOptions, make_plan
@@ -361,8 +361,8 @@ def test_node_command_runs_the_shipped_source_as_root(tmp_path):
 # --- the probe over SSH and the rules -----------------------------------------------------------
 
 
-def _answer(name, status=Status.OK, stdout="", error=None):
-    return NodeResult(name, "10.0.0.1", status, 0 if status is Status.OK else None, stdout,
+def _answer(name, status=CommandOutcome.OK, stdout="", error=None):
+    return NodeResult(name, "10.0.0.1", status, 0 if status is CommandOutcome.OK else None, stdout,
                       error=error)  # fmt: skip
 
 
@@ -372,7 +372,7 @@ def test_probe_nodes_parses_and_fails_safe(inventory):
                        "errors": []})  # fmt: skip
     answers = [
         _answer("kiln-ctl", stdout=good),
-        _answer("kiln-node01", Status.UNREACHABLE, error="no route"),
+        _answer("kiln-node01", CommandOutcome.UNREACHABLE, error="no route"),
         _answer("kiln-node02", stdout="sudo: a password is required"),
     ]
 

@@ -12,7 +12,7 @@ import pytest
 from captures import shared_capture
 from kiln.app import main
 from kiln.fabric.topology import build_topology, render_topology_conf, topology_from_text
-from kiln.fleet import ExecResult, NodeResult, Status
+from kiln.fleet import CommandOutcome, ExecResult, NodeResult
 from kiln.inventory import require_valid
 from kiln.parsers.ibnetdiscover import parse_ibnetdiscover
 
@@ -132,7 +132,9 @@ def test_without_from_ibnetdiscover_runs_on_the_first_opensm_host(monkeypatch, c
 
     def fake_run_command(nodes, command, **kwargs):
         calls.append(([n.name for n in nodes], command, kwargs))
-        result = NodeResult(nodes[0].name, nodes[0].address, Status.OK, 0, THREE.read_text())
+        result = NodeResult(
+            nodes[0].name, nodes[0].address, CommandOutcome.OK, 0, THREE.read_text()
+        )
         return ExecResult(command, [result], 0.1, 1, 300.0)
 
     monkeypatch.setattr("kiln.fleet.run_command", fake_run_command)
@@ -147,7 +149,7 @@ def test_without_from_ibnetdiscover_runs_on_the_first_opensm_host(monkeypatch, c
 
 def test_a_failed_gather_says_where_and_why(monkeypatch, capsys):
     def fake_run_command(nodes, command, **kwargs):
-        failed = NodeResult(nodes[0].name, nodes[0].address, Status.FAILED, 255, "",
+        failed = NodeResult(nodes[0].name, nodes[0].address, CommandOutcome.FAILED, 255, "",
                             "ibwarn: mad_rpc_open_port: can't open UMAD port")  # fmt: skip
         return ExecResult(command, [failed], 0.1, 1, 300.0)
 

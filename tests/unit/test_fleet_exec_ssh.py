@@ -17,7 +17,7 @@ import paramiko
 import pytest
 
 import sshd_fixture
-from kiln.fleet import Status, fold_results, render_text, run_command, select_nodes
+from kiln.fleet import CommandOutcome, fold_results, render_text, run_command, select_nodes
 from kiln.fleet.channel import MAX_OUTPUT
 from kiln.inventory import require_valid
 
@@ -76,7 +76,7 @@ def test_exit_code_stdout_and_stderr_apart(inventory):
     result = run(inventory, "gpu001", "echo out; echo err >&2; exit 3")
     node = result.results[0]
     assert (node.status, node.exit_code, node.stdout, node.stderr) == (
-        Status.FAILED, 3, "out\n", "err\n"
+        CommandOutcome.FAILED, 3, "out\n", "err\n"
     )  # fmt: skip
 
 
@@ -95,7 +95,7 @@ def test_timeout_is_enforced_and_the_remote_command_killed(inventory):
     start = time.monotonic()
     result = run(inventory, "gpu00[1-2]", "echo started; sleep 31.7; echo late", timeout=2)
     wall = time.monotonic() - start
-    assert [r.status for r in result.results] == [Status.TIMEOUT, Status.TIMEOUT]
+    assert [r.status for r in result.results] == [CommandOutcome.TIMEOUT, CommandOutcome.TIMEOUT]
     assert all(r.stdout == "started\n" and r.duration >= 2 for r in result.results)
     assert result.results[0].error == "still running after 2s: killed"
     assert wall < 12, wall  # 2 s, plus a loaded CI machine's slack; never the 31.7 s
@@ -108,15 +108,15 @@ def test_timeout_is_enforced_and_the_remote_command_killed(inventory):
 def test_unknown_or_changed_host_key_is_refused_and_never_added(sshd, inventory):
     known_before = (inventory.parent / "known_hosts").read_text()
     nodes = by_name(run(inventory, "gpu004,gpu006,gpu001", "true"))
-    assert nodes["gpu001"].status is Status.OK
-    assert nodes["gpu004"].status is Status.HOSTKEY
+    assert nodes["gpu001"].status is CommandOutcome.OK
+    assert nodes["gpu004"].status is CommandOutcome.HOSTKEY
     assert "unknown host key ssh-ed25519 SHA256:" in nodes["gpu004"].error
     assert (
         f"for [127.0.0.6]:{sshd.port}: not in {inventory.parent / 'known_hosts'}"
         in nodes["gpu004"].error
     )
     assert "kiln never adds host keys" in nodes["gpu004"].error
-    assert nodes["gpu006"].status is Status.HOSTKEY
+    assert nodes["gpu006"].status is CommandOutcome.HOSTKEY
     assert nodes["gpu006"].error.startswith(
         "host key mismatch for 127.0.0.8: got ssh-ed25519 SHA256:"
     )
@@ -125,14 +125,14 @@ def test_unknown_or_changed_host_key_is_refused_and_never_added(sshd, inventory)
 
 def test_unreachable_node_while_the_others_answer(inventory):
     nodes = by_name(run(inventory, "gpu00[1-3,5]", "hostname"))
-    assert [nodes[n].status for n in ("gpu001", "gpu002", "gpu003")] == [Status.OK] * 3
-    assert nodes["gpu005"].status is Status.UNREACHABLE
+    assert [nodes[n].status for n in ("gpu001", "gpu002", "gpu003")] == [CommandOutcome.OK] * 3
+    assert nodes["gpu005"].status is CommandOutcome.UNREACHABLE
     assert nodes["gpu005"].error.endswith("Connection refused")
 
 
 def test_large_output_is_drained_and_capped(inventory):
     node = run(inventory, "gpu001", "head -c 3000000 /dev/zero | tr '\\0' a").results[0]
-    assert node.status is Status.OK
+    assert node.status is CommandOutcome.OK
     assert node.stdout.startswith("a" * MAX_OUTPUT + "\n[kiln: ")
     assert f"{3000000 - MAX_OUTPUT} more bytes dropped" in node.stdout
 
@@ -144,14 +144,14 @@ def test_proxy_jump_through_a_bastion(sshd, tmp_path):
     )
     result = run(inventory, None, "echo $SSH_CONNECTION | cut -d' ' -f3")
     assert [(r.status, r.stdout) for r in result.results] == [
-        (Status.OK, "127.0.0.3\n"), (Status.OK, "127.0.0.4\n")
+        (CommandOutcome.OK, "127.0.0.3\n"), (CommandOutcome.OK, "127.0.0.4\n")
     ]  # fmt: skip
     bad = sshd.write_inventory(
         tmp_path / "bad", {"ctl01": "127.0.0.3", "gpu001": "127.0.0.4"},
         known=["127.0.0.3", "127.0.0.4"], common_args=jump,
     )  # fmt: skip
     result = run(bad, None, "true")
-    assert [r.status for r in result.results] == [Status.UNREACHABLE] * 2
+    assert [r.status for r in result.results] == [CommandOutcome.UNREACHABLE] * 2
     assert result.results[0].error.startswith(f"jump host {getpass.getuser()}@127.0.0.2:")
     assert "unknown host key" in result.results[1].error
 

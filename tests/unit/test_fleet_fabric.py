@@ -11,7 +11,7 @@ import paramiko
 import pytest
 
 import sshd_fixture
-from kiln.fleet import Connector, Status, run_command, select_nodes, settings_for
+from kiln.fleet import CommandOutcome, Connector, run_command, select_nodes, settings_for
 from kiln.fleet.connect import _Reject
 from kiln.fleet.session import KilnRemote, connection, run_on
 from kiln.inventory import require_valid
@@ -68,6 +68,6 @@ def test_stdin_is_at_eof_and_output_is_decoded_whole(nodes):
     # 65,535 bytes and then a two-byte character: it spans the first 64 KiB read
     command = "cat; head -c 65535 /dev/zero | tr '\\0' a; printf '\\303\\251\\n'"
     node = run_command(nodes[:1], command, timeout=10).results[0]
-    assert node.status is Status.OK, node.error
+    assert node.status is CommandOutcome.OK, node.error
     assert node.stdout == "a" * 65535 + "\u00e9\n"
     assert node.duration < 10

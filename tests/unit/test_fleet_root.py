@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kiln.fleet import ExecResult, NodeResult, Status, as_root, run_as_root
+from kiln.fleet import CommandOutcome, ExecResult, NodeResult, as_root, run_as_root
 
 PROGRAM = "ibnetdiscover -p | grep -c 'Switch' > /tmp/x && echo \"$HOME\""
 
@@ -65,7 +65,7 @@ def test_run_as_root_groups_by_login_user_and_keeps_node_order():
 
     def runner(group, command, *, fanout, timeout):
         calls.append(([n.name for n in group], command, fanout, timeout))
-        answers = [NodeResult(n.name, n.address, Status.OK, 0, command) for n in group]
+        answers = [NodeResult(n.name, n.address, CommandOutcome.OK, 0, command) for n in group]
         return ExecResult(command, answers, 0.5, fanout, timeout)
 
     result = run_as_root(nodes, "id -u", runner=runner, fanout=8, timeout=5.0)

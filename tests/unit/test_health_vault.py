@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kiln.app import main
-from kiln.fleet import ExecResult, NodeResult, Status
+from kiln.fleet import CommandOutcome, ExecResult, NodeResult
 from vault_env import no_vault_env  # noqa: F401  (autouse: applies here)
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vault"
@@ -43,7 +43,7 @@ def nodes(monkeypatch):
 
     def run_command(selected, command, **kwargs):
         asked.append([n.name for n in selected])
-        results = [NodeResult(n.name, n.name, Status.OK, 0, HEALTHY) for n in selected]
+        results = [NodeResult(n.name, n.name, CommandOutcome.OK, 0, HEALTHY) for n in selected]
         return ExecResult(command, results, 0.1, kwargs["fanout"], kwargs["timeout"])
 
     monkeypatch.setattr("kiln.commands.health.run_command", run_command)

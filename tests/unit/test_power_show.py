@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kiln.fleet import ExecResult, NodeResult, Status
+from kiln.fleet import CommandOutcome, ExecResult, NodeResult
 from kiln.inventory import Node
 from kiln.power.show import QUERY_COMMAND
 from kiln.survey.power import power_show
@@ -26,9 +26,10 @@ def test_queries_gpu_nodes_only_and_parses_each_gpu():
     def runner(nodes, command, **kwargs):
         calls.append(([n.name for n in nodes], command))
         results = [
-            NodeResult("gpu01", "10.0.0.5", Status.OK, 0,
+            NodeResult("gpu01", "10.0.0.5", CommandOutcome.OK, 0,
                        "\n".join(ROW.format(i=i) for i in range(2)) + "\n"),
-            NodeResult("gpu02", "10.0.0.5", Status.UNREACHABLE, error="no SSH answer within 10s"),
+            NodeResult("gpu02", "10.0.0.5", CommandOutcome.UNREACHABLE,
+                       error="no SSH answer within 10s"),
         ]  # fmt: skip
         return ExecResult(command, results, 0.1, 64, 30.0)
 
@@ -54,7 +55,9 @@ def test_queries_gpu_nodes_only_and_parses_each_gpu():
 
 def test_unreadable_answer_is_reported_not_raised():
     def runner(nodes, command, **kwargs):
-        return ExecResult(command, [NodeResult("gpu01", "a", Status.OK, 0, "garbage\n")], 0, 1, 1)
+        return ExecResult(
+            command, [NodeResult("gpu01", "a", CommandOutcome.OK, 0, "garbage\n")], 0, 1, 1
+        )
 
     (node,) = power_show([_node("gpu01", "h100-sxm", 8)], runner=runner).nodes
     assert node.status == "unparsable" and node.error

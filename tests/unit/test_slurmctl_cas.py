@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln.fleet import ExecResult, NodeResult, Status
+from kiln.fleet import CommandOutcome, ExecResult, NodeResult
 from kiln.inventory import require_valid
 from kiln.slurmctl import cas
 from kiln.slurmctl.remote import Controller
@@ -80,7 +80,9 @@ def slurm(tmp_path, monkeypatch):
 def local(nodes, command, *, fanout, timeout) -> ExecResult:
     """kiln.fleet.run_command's shape, running `command` here with bash."""
     done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=timeout)
-    result = NodeResult(nodes[0].name, "", Status.OK, done.returncode, done.stdout, done.stderr)
+    result = NodeResult(
+        nodes[0].name, "", CommandOutcome.OK, done.returncode, done.stdout, done.stderr
+    )
     return ExecResult(command, [result], 0.0, fanout, timeout)
 
 

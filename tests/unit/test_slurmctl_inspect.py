@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from captures import shared_capture
-from kiln.fleet import ExecResult, NodeResult, Status
+from kiln.fleet import CommandOutcome, ExecResult, NodeResult
 from kiln.slurmctl.inspect import ABSENT, MARK, PROBE, inspect_node, parse_probe
 from slurm_inventory import slurm_cluster
 
@@ -37,7 +37,7 @@ def scontrol_block(name: str) -> str:
 
 
 class Runner:
-    def __init__(self, probe: str, node_status: Status = Status.OK) -> None:
+    def __init__(self, probe: str, node_status: CommandOutcome = CommandOutcome.OK) -> None:
         self.probe, self.node_status, self.commands = probe, node_status, []
 
     def __call__(self, nodes, command, *, fanout, timeout):
@@ -46,9 +46,9 @@ class Runner:
         if node.name == "ctl":
             block = scontrol_block("cortex-01" if "cortex" in command else "oxygen-04")
             out = f"@@kiln-step 0\n{block}\n@@kiln-step-rc 0\n"
-            result = NodeResult("ctl", "10.0.0.1", Status.OK, 0, out)
-        elif self.node_status is Status.OK:
-            result = NodeResult(node.name, node.address, Status.OK, 0, self.probe)
+            result = NodeResult("ctl", "10.0.0.1", CommandOutcome.OK, 0, out)
+        elif self.node_status is CommandOutcome.OK:
+            result = NodeResult(node.name, node.address, CommandOutcome.OK, 0, self.probe)
         else:
             result = NodeResult(node.name, node.address, self.node_status, error="no route")
         return ExecResult(command, [result], 0.1, 1, 60)
@@ -120,7 +120,7 @@ def test_nvidia_smi_that_fails_falls_back_to_the_pci_count(cluster):
 
 def test_unreachable_node_is_not_ok_but_slurm_is_still_shown(cluster):
     found = inspect_node(cluster, cluster.node("oxygen-04"),
-                         runner=Runner("", node_status=Status.UNREACHABLE))  # fmt: skip
+                         runner=Runner("", node_status=CommandOutcome.UNREACHABLE))  # fmt: skip
     assert not found.reachable and not found.ok and "no route" in found.error
     assert rows(found)["slurm state"][1] == "idle+drain"
 
@@ -132,8 +132,8 @@ def test_slurm_that_cannot_be_read_is_an_error_not_unknown_to_slurm(cluster):
                 return super().__call__(nodes, command, fanout=fanout, timeout=timeout)
             error = "slurm_load_node error: Unable to contact slurm controller (connect failure)"
             out = "@@kiln-step 0\n@@kiln-step-rc 1\n"
-            return ExecResult(command, [NodeResult("ctl", "10.0.0.1", Status.OK, 0, out, error)],
-                              0.1, 1, 60)  # fmt: skip
+            answer = NodeResult("ctl", "10.0.0.1", CommandOutcome.OK, 0, out, error)
+            return ExecResult(command, [answer], 0.1, 1, 60)
 
     found = inspect_node(
         cluster, cluster.node("oxygen-04"), runner=Down(probe_output(None, [], []))

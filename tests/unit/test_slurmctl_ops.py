@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kiln.errors import ExitCode, InvalidInputError, OperationFailed
-from kiln.fleet import ExecResult, NodeResult, Status
+from kiln.fleet import CommandOutcome, ExecResult, NodeResult
 from kiln.render.hostlist import expand
 from kiln.slurmctl import commands, drain, resume
 from kiln.slurmctl.cas import MARK
@@ -86,7 +86,7 @@ class FakeSlurm:
     def __call__(self, nodes, command, *, fanout, timeout) -> ExecResult:
         assert [node.name for node in nodes] == ["ctl"] and fanout == 1
         if "kiln-cas" in command:
-            result = NodeResult("ctl", "10.0.0.1", Status.OK, 0, stdout=self.cas(command))
+            result = NodeResult("ctl", "10.0.0.1", CommandOutcome.OK, 0, stdout=self.cas(command))
             return ExecResult(command, [result], 0.1, fanout, timeout)
         steps = []
         out = []
@@ -97,7 +97,7 @@ class FakeSlurm:
             code, text = self.step(argv)
             out.append(f"@@kiln-step {index}\n{text}@@kiln-step-rc {code}\n")
         self.calls.append(steps)
-        result = NodeResult("ctl", "10.0.0.1", Status.OK, exit_code=0, stdout="".join(out))
+        result = NodeResult("ctl", "10.0.0.1", CommandOutcome.OK, exit_code=0, stdout="".join(out))
         return ExecResult(command, [result], 0.1, fanout, timeout)
 
 
@@ -196,7 +196,7 @@ def test_nodes_unknown_to_slurm(cluster):
 
 def test_unreachable_controller_is_an_operation_failure(cluster):
     def down(nodes, command, **_):
-        result = NodeResult("ctl", "10.0.0.1", Status.UNREACHABLE, error="port 22: refused")
+        result = NodeResult("ctl", "10.0.0.1", CommandOutcome.UNREACHABLE, error="port 22: refused")
         return ExecResult(command, [result], 0.1, 1, 60)
 
     with pytest.raises(OperationFailed, match="ctl: unreachable: port 22: refused"):
@@ -250,7 +250,7 @@ def test_burnin_s_controller_runs_as_root_submits_and_reads_the_nodes(cluster, m
         )
         if "fail.sh" in script:
             out = "sbatch: error: Batch job submission failed\n"
-        result = NodeResult("ctl", "10.0.0.1", Status.OK, exit_code=0, stdout=out)
+        result = NodeResult("ctl", "10.0.0.1", CommandOutcome.OK, exit_code=0, stdout=out)
         return ExecResult(command, [result], 0.1, fanout, timeout)
 
     ctl = Controller(cluster, runner=runner, root=True)
@@ -335,7 +335,7 @@ def test_status_json_names_the_drain_kind_and_operation():
 def scontrol_answer(stdout: str, code: int, stderr: str = ""):
     def runner(nodes, command, *, fanout, timeout) -> ExecResult:
         out = f"@@kiln-step 0\n{stdout}@@kiln-step-rc {code}\n"
-        result = NodeResult("ctl", "10.0.0.1", Status.OK, 0, out, stderr)
+        result = NodeResult("ctl", "10.0.0.1", CommandOutcome.OK, 0, out, stderr)
         return ExecResult(command, [result], 0.1, fanout, timeout)
 
     return runner

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from captures import shared_capture
-from kiln.fleet import ExecResult, NodeResult, Status
+from kiln.fleet import CommandOutcome, ExecResult, NodeResult
 from kiln.judging import BurninReport
 from kiln.judging.verdicts import Action, Severity, Verdict
 from kiln.parsers.slurm import parse_scontrol_nodes
@@ -103,7 +103,9 @@ def test_cluster_status_reads_sinfo_on_the_controller(tmp_path, cluster):
             f"@@kiln-step {k}\n{text}@@kiln-step-rc 0\n"
             for k, text in enumerate([sinfo, reservation.read_text(), jobs])
         )
-        return ExecResult(command, [NodeResult("ctl", "10.0.0.1", Status.OK, 0, out)], 0.1, 1, 60)
+        return ExecResult(
+            command, [NodeResult("ctl", "10.0.0.1", CommandOutcome.OK, 0, out)], 0.1, 1, 60
+        )
 
     save(tmp_path / "state", "r1", {"cricket": "none"}, {})
     status = cluster_status(cluster, runner=runner, state=tmp_path / "state")

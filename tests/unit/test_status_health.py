@@ -14,7 +14,7 @@ import pytest
 
 from captures import shared_capture
 from kiln.app import main
-from kiln.fleet import ExecResult, NodeResult, Status
+from kiln.fleet import CommandOutcome, ExecResult, NodeResult
 from kiln.health.results import LAST, last_cell
 from kiln.parsers.slurm import parse_scontrol_nodes
 from kiln.slurmctl.state import from_scontrol
@@ -40,7 +40,7 @@ ANSWERS = {
     "cortex-01": NodeResult(
         "cortex-01",
         "10.0.0.11",
-        Status.FAILED,
+        CommandOutcome.FAILED,
         1,
         _document(
             "cortex-01",
@@ -52,13 +52,28 @@ ANSWERS = {
         ),
     ),  # fmt: skip
     "oxygen-04": NodeResult(
-        "oxygen-04", "10.0.0.12", Status.OK, 0, _document("oxygen-04", [("munge", True, "active")])
+        "oxygen-04",
+        "10.0.0.12",
+        CommandOutcome.OK,
+        0,
+        _document("oxygen-04", [("munge", True, "active")]),
     ),  # fmt: skip
     "cricket": NodeResult(
-        "cricket", "10.0.0.13", Status.FAILED, 1, "", f"cat: {LAST}: No such file or directory"
+        "cricket",
+        "10.0.0.13",
+        CommandOutcome.FAILED,
+        1,
+        "",
+        f"cat: {LAST}: No such file or directory",
     ),  # fmt: skip
     "gpu-new": NodeResult(
-        "gpu-new", "10.0.0.14", Status.UNREACHABLE, None, "", "", error="Connection timed out"
+        "gpu-new",
+        "10.0.0.14",
+        CommandOutcome.UNREACHABLE,
+        None,
+        "",
+        "",
+        error="Connection timed out",
     ),  # fmt: skip
 }
 

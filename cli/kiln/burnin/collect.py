@@ -19,7 +19,7 @@ from pathlib import PurePosixPath
 from kiln.burnin.jobs import Paths
 from kiln.burnin.nccl_tests import complete_text
 from kiln.fabric.links import sysfs_dump_command
-from kiln.fleet import NodeResult, Status
+from kiln.fleet import CommandOutcome, NodeResult
 from kiln.fleet import run_as_root as fleet_run_as_root
 from kiln.inventory import Node
 from kiln.judging import compact
@@ -63,7 +63,7 @@ def collect(
     """Fetch every node's results of this run into the run record (and remove them there)."""
     lines: list[str] = []
     for res in run_as_root(nodes, fetch_command(paths, run_id)):
-        if res.status is not Status.OK:
+        if res.status is not CommandOutcome.OK:
             progress(f"{res.name}: results not fetched ({res.status}: {res.error})")
             continue
         try:
@@ -127,7 +127,7 @@ def read_hcas(
     """/sys/class/infiniband of every node into the run record ("before"/"after" the jobs)."""
     dumps = {}
     for res in run_as_root(nodes, sysfs_dump_command()):
-        if res.status is not Status.OK:
+        if res.status is not CommandOutcome.OK:
             progress(f"{res.name}: HCAs not read {phase} ({res.status}: {res.error})")
             continue
         path = layout.ib_sysfs(res.name, phase)

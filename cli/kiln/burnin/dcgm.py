@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kiln.burnin import collect
-from kiln.fleet import NodeResult, Status, run_as_root
+from kiln.fleet import CommandOutcome, NodeResult, run_as_root
 from kiln.inventory import Node
 from kiln.judging.model import BurninReport
 from kiln.judging.rules_dcgm import (
@@ -89,7 +89,7 @@ def _no_answer(node: str, level: int, res: NodeResult) -> DcgmRun:
 
 
 def _from_diag(level: int, res: NodeResult) -> DcgmRun:
-    if res.status not in (Status.OK, Status.FAILED):
+    if res.status not in (CommandOutcome.OK, CommandOutcome.FAILED):
         return _no_answer(res.name, level, res)
     marks, output = _marks(res.stdout)
     if "rc" not in marks:
@@ -132,7 +132,7 @@ def run_dcgm(
     by_name = {n.name: n for n in nodes}
     for res in probe(nodes, PROBE):
         marks, _ = _marks(res.stdout)
-        if res.status is not Status.OK:
+        if res.status is not CommandOutcome.OK:
             runs[res.name] = _no_answer(res.name, level, res)
         elif "present" in marks:
             present.append(by_name[res.name])

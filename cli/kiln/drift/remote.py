@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kiln.fleet import ExecResult, NodeResult, Status, as_root, run_as_root, run_command
+from kiln.fleet import CommandOutcome, ExecResult, NodeResult, as_root, run_as_root, run_command
 from kiln.inventory import Cluster, Node
 from kiln.profiles.slurm import DEFAULT_PLATFORM, expected_version
 from kiln.records.status import BAD, GOOD, HostStatus
@@ -52,7 +52,7 @@ def _parse(answer: NodeResult) -> NodeProbe:
     def failed(why: str) -> NodeProbe:
         return NodeProbe(answer.name, False, error=why, seconds=answer.duration)
 
-    if answer.status is not Status.OK:
+    if answer.status is not CommandOutcome.OK:
         detail = answer.error or answer.stderr.strip()[-300:] or f"exit {answer.exit_code}"
         return failed(f"{answer.status}: {detail}")
     try:
@@ -165,7 +165,7 @@ def write_records(
         node = cluster.node(host)
         command = as_root(node, node_command("record", base64.b64encode(text.encode()).decode()))
         answer = runner([node], command, fanout=1, timeout=timeout).results[0]
-        if answer.status is not Status.OK:
+        if answer.status is not CommandOutcome.OK:
             problems[host] = f"{answer.status}: {answer.error or answer.stderr.strip()[-300:]}"
 
     if work:

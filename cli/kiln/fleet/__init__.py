@@ -10,7 +10,7 @@ The core never prints; `kiln.commands.exec_` renders.
 from __future__ import annotations
 
 from kiln.fleet.connect import Connector
-from kiln.fleet.execute import ExecResult, NodeResult, Status, run_command
+from kiln.fleet.execute import CommandOutcome, ExecResult, NodeResult, run_command
 from kiln.fleet.fold import Fold, Problem, fold_results, render_text, summary
 from kiln.fleet.root import as_root, run_as_root
 from kiln.fleet.selectors import select_nodes
@@ -23,7 +23,7 @@ __all__ = [
     "NodeResult",
     "Problem",
     "SshSettings",
-    "Status",
+    "CommandOutcome",
     "as_root",
     "fold_results",
     "render_text",

@@ -28,7 +28,7 @@ from kiln.fleet.ssh import SshSettings, settings_for
 from kiln.inventory import Node
 
 
-class Status(StrEnum):
+class CommandOutcome(StrEnum):
     OK = "ok"
     FAILED = "failed"
     UNREACHABLE = "unreachable"
@@ -40,7 +40,7 @@ class Status(StrEnum):
 class NodeResult:
     name: str
     address: str
-    status: Status
+    status: CommandOutcome
     exit_code: int | None = None
     stdout: str = ""
     stderr: str = ""
@@ -61,11 +61,11 @@ class ExecResult:
     counts: dict[str, int] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.counts = {str(s): sum(r.status is s for r in self.results) for s in Status}
+        self.counts = {str(s): sum(r.status is s for r in self.results) for s in CommandOutcome}
 
     @property
     def ok(self) -> bool:
-        return all(result.status is Status.OK for result in self.results)
+        return all(result.status is CommandOutcome.OK for result in self.results)
 
 
 def _run_one(
@@ -74,37 +74,37 @@ def _run_one(
 ) -> NodeResult:  # fmt: skip
     start = time.monotonic()
 
-    def result(status: Status, **fields) -> NodeResult:
+    def result(status: CommandOutcome, **fields) -> NodeResult:
         elapsed = time.monotonic() - start
         return NodeResult(node.name, settings.address, status, duration=elapsed, **fields)
 
     if stop.is_set():
-        return result(Status.UNREACHABLE, error="interrupted before it started")
+        return result(CommandOutcome.UNREACHABLE, error="interrupted before it started")
     try:
         client = connector.connect(settings, settings.connect_timeout)
     except (paramiko.BadHostKeyException, UnknownHostKey) as error:
-        return result(Status.HOSTKEY, error=describe(error))
+        return result(CommandOutcome.HOSTKEY, error=describe(error))
     except TimeoutError:
         wait = settings.connect_timeout
-        return result(Status.UNREACHABLE, error=f"no SSH answer within {wait:g}s")
+        return result(CommandOutcome.UNREACHABLE, error=f"no SSH answer within {wait:g}s")
     except Exception as error:  # noqa: BLE001 - socket, auth, protocol and jump host errors
-        return result(Status.UNREACHABLE, error=describe(error))
+        return result(CommandOutcome.UNREACHABLE, error=describe(error))
     active.add(client)
     try:
         outcome = run_on(connection(settings, client), command, timeout)
         out, err = outcome.stdout, outcome.stderr
         if outcome.timed_out:
             return result(
-                Status.TIMEOUT, stdout=out, stderr=err,
+                CommandOutcome.TIMEOUT, stdout=out, stderr=err,
                 error=f"still running after {timeout:g}s: killed",
             )  # fmt: skip
         if outcome.exit_code == -1:  # no exit-status: killed by a signal, or the link dropped
-            return result(Status.FAILED, stdout=out, stderr=err,
+            return result(CommandOutcome.FAILED, stdout=out, stderr=err,
                           error="no exit status (killed by a signal?)")  # fmt: skip
-        status = Status.OK if outcome.exit_code == 0 else Status.FAILED
+        status = CommandOutcome.OK if outcome.exit_code == 0 else CommandOutcome.FAILED
         return result(status, exit_code=outcome.exit_code, stdout=out, stderr=err)
     except Exception as error:  # noqa: BLE001 - the connection broke mid-command
-        return result(Status.UNREACHABLE, error=f"connection lost: {describe(error)}")
+        return result(CommandOutcome.UNREACHABLE, error=f"connection lost: {describe(error)}")
     finally:
         active.discard(client)
         client.close()

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from kiln.fleet.execute import ExecResult, NodeResult, Status
+from kiln.fleet.execute import CommandOutcome, ExecResult, NodeResult
 from kiln.render.hostlist import compress
 
-NO_OUTPUT = (Status.UNREACHABLE, Status.HOSTKEY)
+NO_OUTPUT = (CommandOutcome.UNREACHABLE, CommandOutcome.HOSTKEY)
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Fold:
     """Nodes that ran the command and answered identically."""
 
     hosts: tuple[str, ...]
-    status: Status
+    status: CommandOutcome
     exit_code: int | None
     stdout: str
     stderr: str
@@ -33,7 +33,7 @@ class Fold:
         return compress(self.hosts)
 
     def header(self) -> str:
-        state = {Status.OK: "", Status.TIMEOUT: " timeout"}.get(self.status)
+        state = {CommandOutcome.OK: "", CommandOutcome.TIMEOUT: " timeout"}.get(self.status)
         if state is None:
             state = f" exit {self.exit_code}" if self.exit_code is not None else " failed"
         return f"---- {self.hostlist} ({len(self.hosts)}){state} ----"
@@ -44,7 +44,7 @@ class Problem:
     """Nodes that never ran the command, for the same reason."""
 
     hosts: tuple[str, ...]
-    status: Status
+    status: CommandOutcome
     error: str
 
     @property
@@ -95,7 +95,7 @@ def render_text(folds: Sequence[Fold], problems: Sequence[Problem]) -> str:
         lines += _block(fold.stdout)
         if fold.stderr.strip():
             lines += ["-- stderr --", *_block(fold.stderr)]
-        if fold.status is Status.TIMEOUT and fold.error:
+        if fold.status is CommandOutcome.TIMEOUT and fold.error:
             lines.append(f"-- {fold.error} --")
     for problem in problems:
         lines += [problem.header(), problem.error]

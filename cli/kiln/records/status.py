@@ -12,7 +12,7 @@ stopped before it finished the stage), not_run (never reached), changed, ok.
 
 Not these words: a stage's own status (ansible-runner's successful / failed / canceled, and
 kiln's skipped / error / not_started), and a command's outcome over SSH
-(kiln.fleet.Status), which uses some of the same words with another meaning.
+(kiln.fleet.CommandOutcome), which uses some of the same words with another meaning.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kiln.errors import OperationFailed
-from kiln.fleet import ExecResult, NodeResult, Status, as_root, run_command
+from kiln.fleet import CommandOutcome, ExecResult, NodeResult, as_root, run_command
 from kiln.inventory import Cluster, Node
 from kiln.parsers.slurm import parse_scontrol_nodes
 from kiln.slurmctl import commands
@@ -118,7 +118,7 @@ class Controller:
     def submit(self, script: str, what: str) -> str:
         """sbatch the job script; its job id. `what` names the job in errors."""
         answer = self._exec(commands.sbatch(script))
-        if answer.status is not Status.OK:
+        if answer.status is not CommandOutcome.OK:
             detail = (answer.stderr or answer.stdout or answer.error or "").strip()
             raise OperationFailed(f"sbatch of {what} on {self.name}: {answer.status}: {detail}")
         job = commands.job_id(answer.stdout)

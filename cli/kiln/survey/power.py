@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from kiln.fleet import NodeResult, Status, run_command
+from kiln.fleet import CommandOutcome, NodeResult, run_command
 from kiln.inventory import Node
 from kiln.power.show import QUERY_COMMAND, NodePower, PowerShow, read_answer
 
 
 def _node_power(node: Node, result: NodeResult) -> NodePower:
-    if result.status is Status.OK:
+    if result.status is CommandOutcome.OK:
         return read_answer(node.name, node.gpu_count, result.stdout)
     error = result.error or (result.stderr.strip() or result.stdout.strip())[-300:]
     return NodePower(node.name, str(result.status), declared_gpus=node.gpu_count, error=error)
