@@ -16,7 +16,7 @@ text, as the file does: a rule converts the one figure it reads.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -119,11 +119,15 @@ class ResultTable:
     _records: dict[str, object] = field(default_factory=dict)
 
     def gemm_record(self, node: str) -> GemmResult:
+        """Built once from the source and kept: a row that is not clean is read for its host
+        (gemm_host) and again for its devices."""
         record = self._records.get(f"G{node}")
-        return record if record is not None else self.source.gemm(node)  # type: ignore[return-value]
+        if record is None:
+            record = self._records[f"G{node}"] = self.source.gemm(node)
+        return record  # type: ignore[return-value]
 
     def allreduce_record(self, job: str) -> AllreduceResult:
-        record = self._records.get(f"A{job}")
+        record = self._records.get(f"A{job}")  # read once, by the report (RecordsOf keeps it)
         return record if record is not None else self.source.allreduce(job)  # type: ignore[return-value]
 
     def gemm_host(self, node: str, row: GemmRow) -> str:
@@ -162,10 +166,3 @@ class ResultTable:
             table.put_allreduce(a)
         table.jobs = list(table.allreduce)
         return table
-
-
-def reason_of(value: object, missing: Callable[[], str]) -> str | None:
-    """A row's 'why there is no result' (None for a row): a str as it is, absent as `missing`."""
-    if value is None:
-        return missing()
-    return value if isinstance(value, str) else None
