@@ -59,15 +59,14 @@ def judge_gemm(report: BurninReport, node: Node, row: GemmRow, f: Floors, table)
     """The GEMM rules for one node with a result; returns its mean TFLOPS (None without
     devices). A clean row whose every figure passes is judged from its columns; anything else
     from the result's record (`table.gemm_record`), device by device."""
-    tflops = _passing_figures(row, f)
-    if tflops is None:
+    passing = _passing_figures(row, f)
+    if passing is None:
         return _judge_devices(report, node, table.gemm_record(node.name), f)
-    count = len(tflops)
+    tflops, worst, relative = passing
     report.gpu_tflops[node.name] = tflops
-    _gpu_count(report, node, count)
-    relative = max(tflops) * (1 - f.gemm_relative_pct / 100) if count > 1 else None
-    _node_checks(report, node.name, min(tflops), f.gemm_tflops, relative, _NOTHING_BAD, False)
-    return sum(tflops) / count
+    _gpu_count(report, node, len(tflops))
+    _node_checks(report, node.name, worst, f.gemm_tflops, relative, _NOTHING_BAD, False)
+    return sum(tflops) / len(tflops)
 
 
 _NOTHING_BAD: dict[str, list[str]] = {
@@ -81,9 +80,10 @@ def _throttle_passes(union: str) -> bool:
     return FAILING_THROTTLE.isdisjoint(union.split(",")) if union else True
 
 
-def _passing_figures(row: GemmRow, f: Floors) -> list[float] | None:
-    """The row's TFLOPS per device when it is clean, no throttle reason fails and every
-    figure is at or above both floors; None when the devices must be read."""
+def _passing_figures(row: GemmRow, f: Floors) -> tuple[list[float], float, float | None] | None:
+    """(TFLOPS per device, the worst, the node-best threshold) when the row is clean, no
+    throttle reason fails and every figure is at or above both floors; None when the devices
+    must be read."""
     if row.clean != "1" or not row.tflops:
         return None
     if not _throttle_passes(row.throttle):
@@ -93,7 +93,7 @@ def _passing_figures(row: GemmRow, f: Floors) -> list[float] | None:
     relative = max(tflops) * (1 - f.gemm_relative_pct / 100) if len(tflops) > 1 else None
     if worst < f.gemm_tflops or (relative is not None and worst < relative):
         return None
-    return tflops
+    return tflops, worst, relative
 
 
 def _gpu_count(report: BurninReport, node: Node, count: int) -> None:
