@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from kiln.inventory.context import COMPUTE, CONTROLLERS, InventoryContext
 from kiln.inventory.health_spec import HealthSpec
+from kiln.inventory.mirror_spec import MirrorSpec
 from kiln.inventory.model import Cluster, Node, Partition
 from kiln.inventory.monitoring_spec import MonitoringSpec
 from kiln.inventory.resolve import ResolvedHost
@@ -38,6 +39,7 @@ def build_cluster(ctx: InventoryContext) -> Cluster:
         state=ctx.cluster_value("kiln_state", StateSpec())[0],
         health=ctx.cluster_value("kiln_health", HealthSpec())[0],
         monitoring=ctx.cluster_value("kiln_monitoring", MonitoringSpec())[0],
+        mirror=ctx.cluster_value("kiln_mirror", MirrorSpec())[0],
         fabric=capture.fabric if capture else None,
     )
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf
 
 from kiln.inventory.health_spec import HealthSpec
+from kiln.inventory.mirror_spec import MirrorSpec
 from kiln.inventory.monitoring_spec import MonitoringSpec
 from kiln.inventory.schema import (
     BurninSpec,
@@ -82,6 +83,7 @@ class Cluster(BaseModel):
     state: StateSpec = Field(default_factory=StateSpec)
     health: HealthSpec = Field(default_factory=HealthSpec)
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
+    mirror: MirrorSpec = Field(default_factory=MirrorSpec)
     # The stored capture of kiln_slurm.topology: fabric, parsed once while validating;
     # topology.conf is rendered from it (kiln.fabric.topology.topology_from_capture).
     fabric: InstanceOf[IbFabric] | None = Field(default=None, repr=False, exclude=True)

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from kiln.inventory.batches import BATCH_SIZE
 from kiln.inventory.health_spec import HealthSpec
 from kiln.inventory.ib_spec import IbSpec
+from kiln.inventory.mirror_spec import MIRROR_KEY, MirrorSpec
 from kiln.inventory.monitoring_spec import MONITORING_KEY, MonitoringSpec
 from kiln.inventory.slurm_spec import SlurmRepositorySpec
 
@@ -369,6 +370,7 @@ KEYS: dict[str, KeySpec] = {
             model=HealthSpec,
         ),
         KeySpec(*MONITORING_KEY, model=MonitoringSpec),
+        KeySpec(*MIRROR_KEY, model=MirrorSpec),
         KeySpec(
             "kiln_munge_key",
             "cluster",

@@ -1,0 +1,57 @@
+"""kiln_mirror: the mirror the nodes fetch every artifact from (air-gapped sites, issue 30).
+
+With a url, every source kiln's roles and version tables name is fetched from the mirror, at
+<url>/<host>/<path> of the upstream source (kiln.mirror.layout, the roles' kiln_mirrored
+filter); a URL the inventory sets itself is used as written. offline: true also makes
+`kiln validate` refuse every source the inventory names outside the mirror
+(kiln.inventory.rules.mirror), so a site without a route out learns it before a stage runs.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# It lands in apt sources, dnf baseurls and pip's command line: plain URL characters only.
+_URL_CHARS = re.compile(r"^[A-Za-z0-9._~:/%+@=-]+$")
+
+# The key as the schema's catalogue lists it (kiln.inventory.schema.KEYS).
+MIRROR_KEY = (
+    "kiln_mirror",
+    "cluster",
+    "MirrorSpec",
+    "the mirror every artifact is fetched from, and offline mode (docs/operations.md, "
+    "Behind a firewall)",
+    "none: each source is fetched from where it is published",
+)
+
+
+class MirrorSpec(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    url: str | None = Field(
+        None, description="the mirror's root, e.g. http://mirror.example:8080/kiln"
+    )
+    offline: bool = Field(
+        False, description="validate refuses every source the inventory names outside the mirror"
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _http_root(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http(s) URL such as http://mirror.example/kiln")
+        if not _URL_CHARS.match(value):
+            raise ValueError("must be a plain URL: letters, digits and . _ ~ : / % + @ = - only")
+        return value
+
+    @model_validator(mode="after")
+    def _offline_needs_a_mirror(self) -> MirrorSpec:
+        if self.offline and self.url is None:
+            raise ValueError("offline: true needs url, the mirror every source is fetched from")
+        return self
