@@ -8,23 +8,27 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import yaml
+from ansible.plugins.filter.core import FilterModule as CoreFilters
 from jinja2.nativetypes import NativeEnvironment
 
 PLAYBOOKS = Path(__file__).resolve().parents[1] / "playbooks"
 
 
-def render_role_defaults(
-    role: str, values: dict, keys: Iterable[str], shim: str = "kiln_gpu_filters.py"
-) -> dict:
+def render_role_defaults(role: str, values: dict, keys: Iterable[str]) -> dict:
     """`values` with each of `keys` from the role's defaults/main.yml added, rendered in order
-    (a later default may use an earlier one); a default that is not a template is kept as is."""
-    spec = importlib.util.spec_from_file_location(
-        Path(shim).stem, PLAYBOOKS / "filter_plugins" / shim
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    (a later default may use an earlier one); a default that is not a template is kept as is.
+    Every shim in filter_plugins is loaded, as Ansible loads them all (a default may use
+    kiln_mirrored beside the gpu or slurm filters), and Ansible's core filters that Jinja lacks
+    (basename, bool, regex_replace, ...; Jinja's own default, map, select are kept: Ansible's
+    expect its templar)."""
     env = NativeEnvironment()
-    env.filters.update(module.FilterModule().filters())
+    for name, function in CoreFilters().filters().items():
+        env.filters.setdefault(name, function)
+    for shim in sorted((PLAYBOOKS / "filter_plugins").glob("kiln_*.py")):
+        spec = importlib.util.spec_from_file_location(shim.stem, shim)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        env.filters.update(module.FilterModule().filters())
     defaults = yaml.safe_load((PLAYBOOKS / "roles" / role / "defaults" / "main.yml").read_text())
     rendered = dict(values)
     for key in keys:

@@ -212,7 +212,6 @@ def test_the_repository_says_how_its_debs_are_named(source, packages, package_se
         "slurm_common",
         {"kiln_slurm": kiln_slurm},
         ["slurm_common_source", "slurm_common_repository", "slurm_common_package_set"],
-        shim="kiln_slurm_filters.py",
     )
     assert rendered["slurm_common_package_set"] == package_set
     names = yaml.safe_load((ROLES / "slurm_node" / "vars" / "Debian.yml").open())

@@ -1,0 +1,30 @@
+"""The roles' kiln_mirrored filter: every download source kiln's roles and version tables name
+goes through it, so with kiln_mirror.url set the node fetches that source from the mirror
+(kiln.mirror.layout's <root>/<host>/<path>), and without one from where it is published.
+
+    "{{ 'https://github.com/NVIDIA/nccl-tests/archive/v2.13.6.tar.gz'
+        | kiln_mirrored(kiln_mirror | default(none)) }}"
+
+(`default(none)`: Ansible refuses an undefined variable as a filter's argument.)
+
+A mirror that is set is used whether or not kiln_mirror.offline is: offline only adds validate's
+refusal of sources the inventory writes outside it (kiln.inventory.rules.mirror).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from kiln.mirror.layout import mirrored
+
+
+def mirrored_filter(url: str, mirror: object = None) -> str:
+    """`url` under the mirror of `mirror` (the kiln_mirror mapping); `url` unchanged when there
+    is no mirror url (kiln_mirror undefined, null, {} or without url)."""
+    # An undefined kiln_mirror arrives as Jinja's Undefined, which is no Mapping; isinstance is
+    # the one test that does not make a strict Undefined raise.
+    root = mirror.get("url") if isinstance(mirror, Mapping) else None
+    return mirrored(str(url), str(root)) if root else str(url)
+
+
+FILTERS = {"kiln_mirrored": mirrored_filter}
