@@ -20,6 +20,7 @@ from kiln.inventory.rules import (
     connection,
     fabric,
     hosts,
+    mirror,
     partitions,
     platform,
     slurm,
@@ -77,6 +78,7 @@ RULES: tuple[Rule, ...] = (
     cluster.versions_are_compatible,
     slurm.slurm_comes_from_its_source,
     slurm.slurm_conf_fits_the_release,
+    mirror.sources_are_in_the_mirror,
     connection.commands_run_on_the_controller,
     EachPartition(
         partitions.name_is_safe,
