@@ -6,10 +6,13 @@ a single rule on a small inventory, so a rule can be read and tested without the
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
 import shutil
 from pathlib import Path
 
+from kiln.inventory import rules as rules_package
 from kiln.inventory.context import InventoryContext, read_context
 from kiln.inventory.findings import FindingCollector
 from kiln.inventory.rules import RULES, cluster, connection, fabric, hosts, partitions
@@ -103,10 +106,18 @@ def test_the_fabric_capture_is_read_once_and_judged_by_its_own_rules(tmp_path):
 
 
 def test_every_rule_written_is_registered_once():
+    """Every public function of every module under kiln.inventory.rules (a new module too)."""
     registered = [rule for entry in RULES for rule in getattr(entry, "rules", (entry,))]
+    modules = [
+        importlib.import_module(f"{rules_package.__name__}.{info.name}")
+        for info in pkgutil.iter_modules(rules_package.__path__)
+    ]
+    assert {hosts, cluster, partitions, fabric, connection, platform_rules, slurm_rules} <= set(
+        modules
+    )
     written = [
         function
-        for module in (hosts, cluster, partitions, fabric, connection, platform_rules, slurm_rules)
+        for module in modules
         for name, function in inspect.getmembers(module, inspect.isfunction)
         if function.__module__ == module.__name__ and not name.startswith("_")
     ]
