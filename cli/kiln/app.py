@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "slurm": ("slurm", "app", "Slurm maintenance on a provisioned cluster."),
     "fabric": ("fabric", "app", "Write topology.conf from what the InfiniBand fabric reports."),
     "power": ("power", "app", "Show and set GPU power and cooling policy."),
+    "mirror": ("mirror", "app", "List what an air-gapped site must mirror before a provision."),
 }
 
 _EXAMPLE = re.compile(r"^(\s|\$ |kiln )")
