@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from kiln.app import main
-from kiln.inventory import require_valid
 from kiln.artifacts.plan import KERNEL, artifacts_of, mirror_plan, node_facts
 from kiln.artifacts.roles import Fetch, walk_playbook
 from kiln.artifacts.scope import HostLayers, Scope, Unresolved
+from kiln.inventory import require_valid
 from kiln.paths import PLAYBOOKS_DIR
 
 ROOT = Path(__file__).resolve().parents[2]

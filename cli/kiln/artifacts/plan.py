@@ -20,10 +20,10 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from kiln.inventory import Cluster, Node
-from kiln.inventory.export import resolved_vars
 from kiln.artifacts.archives import load_archives
 from kiln.artifacts.roles import Fetch, walk_playbook
+from kiln.inventory import Cluster, Node
+from kiln.inventory.export import resolved_vars
 from kiln.paths import PLAYBOOKS_DIR
 from kiln.profiles.platforms import load_platforms
 
@@ -134,7 +134,10 @@ def mirror_plan(cluster: Cluster) -> MirrorPlan:
         platform = f"{kiln_os}/{arch}"
         platforms.add(platform)
         family = load_platforms().platforms[kiln_os].family
-        variables = {**hostvars, "inventory_hostname": node.name, "group_names": list(node.groups)}
+        # The sources as published: a mirror the inventory sets is where they will be served
+        # from, not where a bundle fetches them (kiln.mirror.filters leaves them as they are).
+        variables = {k: v for k, v in hostvars.items() if k != "kiln_mirror"}
+        variables |= {"inventory_hostname": node.name, "group_names": list(node.groups)}
         groups = set(node.groups)
         for playbook in PLAYBOOKS:
             for fetch in walk_playbook(
@@ -210,7 +213,9 @@ def artifacts_of(fetch: Fetch, platform: str, family: str) -> list[Artifact]:
     }  # fmt: skip
     module = fetch.module
     if module in ("apt", "dnf", "yum", "package"):
-        if args.get("state") == "absent" or (fetch.asked or frozenset(args)).isdisjoint({"name", "deb"}):
+        if args.get("state") == "absent" or (fetch.asked or frozenset(args)).isdisjoint(
+            {"name", "deb"}
+        ):
             return []  # an index refresh or a removal fetches nothing
         if "name" not in args and "deb" not in args:  # the names are the node's to say
             return [Artifact("package", "?", "", **common)]

@@ -124,11 +124,10 @@ def _playbook(walk: _Walk, path: Path, groups: set[str], inventory: dict, high: 
             name = entry if isinstance(entry, str) else entry.get("role") or entry.get("name")
             params = {} if isinstance(entry, str) else (entry.get("vars") or {})
             role_dir = walk.root / "roles" / name
-            scope = Scope(
-                [_role_vars(role_dir, "defaults"), inventory, play_vars,
-                 _role_vars(role_dir, "vars")],
-                high,
-            ).child({"role_path": str(role_dir), "role_name": name}).child(params, params=True)  # fmt: skip
+            layers = [_role_vars(role_dir, "defaults"), inventory, play_vars]
+            scope = Scope([*layers, _role_vars(role_dir, "vars")], high)
+            scope = scope.child({"role_path": str(role_dir), "role_name": name})
+            scope = scope.child(params, params=True)
             when = entry.get("when") if isinstance(entry, dict) else None
             conditions = _decide(scope, when)
             if conditions is not None:
@@ -279,6 +278,13 @@ def _fetch(walk, short, args, task, where, scope, role, conditions) -> None:
             if rendered.get(name) == OMIT:
                 del rendered[name]
         walk.found.append(
-            Fetch(short, rendered, where, _role_of(where, role), tuple(conditions),
-                  tuple(missing), frozenset(args))
+            Fetch(
+                short,
+                rendered,
+                where,
+                _role_of(where, role),
+                tuple(conditions),
+                tuple(missing),
+                frozenset(args),
+            )
         )

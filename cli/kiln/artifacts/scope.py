@@ -31,7 +31,6 @@ from jinja2.nativetypes import NativeEnvironment, native_concat
 
 from kiln.paths import PLAYBOOKS_DIR
 
-
 OMIT = "__kiln_omit__"  # Ansible's `omit`: an argument given as this is left out
 
 

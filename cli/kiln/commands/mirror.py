@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn
 
+from kiln.artifacts.fetch import MANIFEST, fetch_bundle
+from kiln.artifacts.plan import mirror_plan
+from kiln.commands._output import output_dir
 from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
 from kiln.console import err, print_json, safe
+from kiln.errors import InvalidInputError
 from kiln.inventory import require_valid
-from kiln.artifacts.plan import mirror_plan
 
 app = typer.Typer(no_args_is_help=True, help="What an air-gapped site must mirror.")
 
@@ -49,3 +55,83 @@ def plan(
         + (f"; {len(unresolved)} need the node to resolve them" if unresolved else "")
     )
     return 0
+
+
+def _read_plan(path: Path) -> dict:
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InvalidInputError(
+            f"{path} is not a readable mirror plan ({exc})",
+            hint="write one with `kiln mirror plan INVENTORY --json > PLAN`",
+        ) from None
+    if not isinstance(document, dict) or document.get("kiln") != "mirror-plan":
+        raise InvalidInputError(
+            f'{path} is not a mirror plan (no "kiln": "mirror-plan")',
+            hint="write one with `kiln mirror plan INVENTORY --json > PLAN`",
+        )
+    return document
+
+
+class _Bar:
+    """Counts and bytes on a terminal; a line every 10 s (and at the end) off one."""
+
+    def __init__(self) -> None:
+        self.rich = err.is_terminal
+        self.last = 0.0
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            DownloadColumn(), console=err, transient=True,
+        )  # fmt: skip
+        self.files = self.progress.add_task("files", total=None)
+        self.current = self.progress.add_task("", total=None)
+
+    def __call__(self, done: int, total: int, got: int, size: int, what: str) -> None:
+        if self.rich:
+            self.progress.update(self.files, completed=done, total=total)
+            self.progress.update(self.current, completed=got, total=size or None,
+                                 description=safe(what)[:60])  # fmt: skip
+        elif time.monotonic() - self.last > 10 or done == total:
+            self.last = time.monotonic()
+            err.print(f"{done}/{total} files; {safe(what)}")
+
+
+@app.command("fetch")
+def fetch(
+    plan_file: Annotated[
+        Path, typer.Argument(metavar="PLAN", help="A plan: `kiln mirror plan INVENTORY --json`.")
+    ],
+    to: Annotated[Path, typer.Option("--to", help="The bundle's folder (made if missing).")],
+) -> int:
+    """Download every artifact PLAN names into the bundle at --to, on a machine that can reach
+    the sources. Each file lands at its source's host and path (what a mirror serving the
+    folder as it is needs); apt repositories' signed indexes are checked with gpgv (the
+    distribution's keyring, or the key the plan fetches for that role) and the plan's packages
+    resolved there with their dependencies; every file is checked against the sha256 its source
+    publishes. Run again, it fetches only what is missing; a failed download names the
+    artifact and its source, and the bundle keeps only whole, checked files (bundle.json lists
+    them).
+
+    Exit 0 when everything was fetched; 1 when something could not be (each named, the rest
+    fetched); 2 on a PLAN that is not a plan; 3 when --to cannot be written.
+
+    Example:
+
+        kiln mirror plan inventories/example-h100 --json > plan.json
+        kiln mirror fetch plan.json --to /srv/kiln-bundle
+    """
+    plan_document = _read_plan(plan_file)
+    root = output_dir(to)
+    bar = _Bar()
+    if bar.rich:
+        with bar.progress:
+            outcome = fetch_bundle(plan_document, root, bar)
+    else:
+        outcome = fetch_bundle(plan_document, root, bar)
+    err.print(
+        f"{len(outcome.fetched)} fetched ({outcome.bytes / 1e6:.1f} MB), {len(outcome.kept)} "
+        f"already whole in {safe(str(root))}; {MANIFEST} lists them"
+    )
+    for failure in outcome.failed:
+        err.print(f"[bold red]not fetched[/]: {safe(failure)}")
+    return 1 if outcome.failed else 0

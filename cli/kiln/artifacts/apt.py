@@ -1,0 +1,204 @@
+"""An apt repository's index read, and the packages a node needs from it resolved with their
+dependencies: what `kiln mirror fetch` downloads for the deb artifacts of a plan.
+
+    release = read_release(inrelease_text)           # suites' index files and their sha256
+    index = PackageIndex.parse(packages_text, base_url)
+    found = resolve(index, [("chrony", ""), ("slurmd", "24.11.5*")])
+    found.packages  # [Package(name="chrony", version="4.3-2+deb12u1", url=..., sha256=...), ...]
+    found.missing   # ["slurmd 24.11.5*: no such version (offered: 22.05.8-4+deb12u3)"]
+
+A package is chosen as apt would with no pins: the newest version that matches (an exact
+version, or a glob such as 24.11.5*, the form kiln's roles pin with). Its Depends and
+Pre-Depends are followed: for each group of alternatives the first one the index can satisfy,
+by name or by Provides, within its version constraint. The whole closure is kept, the base
+system's libraries too: a package may need a newer libc6 than the node has, and apt then asks
+the mirror for it (Debian 13 marks even libc6 Priority: optional, so no field says "on every
+node"). Pure: text in, records out; fetching is kiln.artifacts.fetch's.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from kiln.artifacts.debversion import compare, sort_key
+
+_RELATION = re.compile(r"^\s*([^\s(:]+)(?::\S+)?\s*(?:\(\s*(<<|<=|=|>=|>>)\s*([^)\s]+)\s*\))?")
+
+
+class IndexError_(ValueError):
+    """An index that is not what apt would accept (its words name the line or file)."""
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str
+    version: str
+    architecture: str
+    url: str  # where the .deb is: the repository's base URL + Filename
+    sha256: str
+    size: int
+    depends: tuple[tuple[tuple[str, str, str], ...], ...] = ()  # groups of (name, op, version)
+    provides: tuple[str, ...] = ()
+
+
+def stanzas(text: str) -> Iterable[dict[str, str]]:
+    """The paragraphs of a deb822 control file (Packages, Release): field -> value, with
+    continuation lines joined by newlines."""
+    fields: dict[str, str] = {}
+    last = None
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                yield fields
+            fields, last = {}, None
+        elif line[0] in " \t" and last is not None:
+            fields[last] += "\n" + line.strip()
+        elif ":" in line:
+            key, _, value = line.partition(":")
+            fields[key] = value.strip()
+            last = key
+    if fields:
+        yield fields
+
+
+def _relations(text: str) -> tuple[tuple[tuple[str, str, str], ...], ...]:
+    groups = []
+    for group in text.split(","):
+        if not group.strip():
+            continue
+        alternatives = []
+        for alternative in group.split("|"):
+            match = _RELATION.match(alternative)
+            if match:
+                alternatives.append((match[1], match[2] or "", match[3] or ""))
+        groups.append(tuple(alternatives))
+    return tuple(groups)
+
+
+@dataclass
+class PackageIndex:
+    by_name: dict[str, list[Package]] = field(default_factory=dict)
+    providers: dict[str, list[Package]] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str, base_url: str) -> PackageIndex:
+        index = cls()
+        index.add(text, base_url)
+        return index
+
+    def add(self, text: str, base_url: str) -> None:
+        """The stanzas of one Packages file; `base_url` is what its Filename fields are under."""
+        base = base_url.rstrip("/") + "/"
+        for s in stanzas(text):
+            try:
+                package = Package(
+                    name=s["Package"], version=s["Version"],
+                    architecture=s.get("Architecture", ""),
+                    url=base + s["Filename"].lstrip("./"), sha256=s["SHA256"],
+                    size=int(s.get("Size", "0")),
+                    depends=_relations(", ".join(
+                        s[k] for k in ("Pre-Depends", "Depends") if k in s
+                    )),
+                    provides=tuple(r[0] for g in _relations(s.get("Provides", "")) for r in g),
+                )  # fmt: skip
+            except KeyError as missing:
+                raise IndexError_(
+                    f"{base_url}: package {s.get('Package', '?')} has no {missing} field"
+                ) from None
+            self.by_name.setdefault(package.name, []).append(package)
+            for name in package.provides:
+                self.providers.setdefault(name, []).append(package)
+
+    def newest(self, name: str, pattern: str = "") -> Package | None:
+        """The newest version of `name` matching `pattern` (exact, or a glob); None if none."""
+        offered = [
+            p for p in self.by_name.get(name, ())
+            if not pattern or p.version == pattern or fnmatch.fnmatchcase(p.version, pattern)
+        ]  # fmt: skip
+        return max(offered, key=lambda p: sort_key(p.version)) if offered else None
+
+    def satisfying(self, name: str, op: str, version: str) -> Package | None:
+        """The newest package that satisfies one relation, by its own name or a Provides."""
+        candidates = [p for p in self.by_name.get(name, ()) if _meets(p.version, op, version)]
+        if not candidates and not op:
+            candidates = list(self.providers.get(name, ()))
+        return max(candidates, key=lambda p: sort_key(p.version)) if candidates else None
+
+
+def _meets(have: str, op: str, want: str) -> bool:
+    if not op:
+        return True
+    result = compare(have, want)
+    return {"<<": result < 0, "<=": result <= 0, "=": result == 0, ">=": result >= 0,
+            ">>": result > 0}[op]  # fmt: skip
+
+
+@dataclass
+class Resolution:
+    packages: list[Package] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # "what: why", for the operator
+
+
+def resolve(index: PackageIndex, wanted: Iterable[tuple[str, str]]) -> Resolution:
+    """The packages `wanted` ((name, version or glob or "")) and everything they depend on."""
+    out = Resolution()
+    chosen: dict[str, Package] = {}
+    queue: list[Package] = []
+    for name, pattern in wanted:
+        package = index.newest(name, pattern)
+        if package is None:
+            offered = sorted((p.version for p in index.by_name.get(name, ())), key=sort_key)
+            why = f"offered: {', '.join(offered)}" if offered else "in no repository of the plan"
+            out.missing.append(f"{name} {pattern or '(any version)'}: {why}")
+            continue
+        queue.append(package)
+    while queue:
+        package = queue.pop()
+        if package.name in chosen:
+            continue
+        chosen[package.name] = package
+        for group in package.depends:
+            if any(_present(chosen, r) for r in group):
+                continue
+            found = next((p for r in group if (p := index.satisfying(*r)) is not None), None)
+            if found is None:
+                wants = " | ".join(f"{n} ({op} {v})" if op else n for n, op, v in group)
+                out.missing.append(f"{wants}: needed by {package.name}, in no repository")
+            else:
+                queue.append(found)
+    out.packages = sorted(chosen.values(), key=lambda p: (p.name, sort_key(p.version)))
+    return out
+
+
+def _present(chosen: dict[str, Package], relation: tuple[str, str, str]) -> bool:
+    name, op, version = relation
+    have = chosen.get(name)
+    if have is not None and _meets(have.version, op, version):
+        return True
+    return not op and any(name in p.provides for p in chosen.values())
+
+
+@dataclass(frozen=True)
+class IndexFile:
+    path: str  # relative to the suite's directory: main/binary-amd64/Packages.xz
+    sha256: str
+    size: int
+
+
+def read_release(text: str) -> dict[str, IndexFile]:
+    """The SHA256 list of a Release or InRelease file (its signature is gpgv's to check)."""
+    body = text
+    if text.startswith("-----BEGIN PGP SIGNED MESSAGE-----"):
+        body = text.split("\n\n", 1)[1].split("-----BEGIN PGP SIGNATURE-----", 1)[0]
+    for fields in stanzas(body):
+        if "SHA256" in fields:
+            files = {}
+            for line in fields["SHA256"].splitlines():
+                parts = line.split()
+                if len(parts) == 3:
+                    files[parts[2]] = IndexFile(parts[2], parts[0], int(parts[1]))
+            return files
+    raise IndexError_("the Release file has no SHA256 list")
