@@ -122,7 +122,14 @@ def plan_of(server, keyring: Path, debs, files=()) -> dict:
 
 STANZAS = [
     _stanza("tool", "1.0-1", b"tool 1.0"),
-    _stanza("tool", "1.2-1", b"tool 1.2", Depends="libfoo (>= 2), mail-transport-agent | mta-x"),
+    _stanza(
+        "tool",
+        "1.2-1",
+        b"tool 1.2",
+        Depends="libfoo (>= 2), mail-transport-agent | mta-x",
+        Recommends="tool-doc, not-in-any-repository",
+    ),
+    _stanza("tool-doc", "1.2-1", b"docs"),  # apt installs Recommends by default
     _stanza("tool", "2.0-1", b"tool 2.0"),
     _stanza("libfoo", "1.9-1", b"libfoo 1.9"),
     _stanza("libfoo", "2.1-1", b"libfoo 2.1", Pre_Depends="libc6 (>= 2.36)"),
@@ -149,8 +156,9 @@ def test_a_plan_is_fetched_with_dependencies_and_checked(server, signer, tmp_pat
         f"{host}/pool/main/l/libc6/libc6_2.41-1_amd64.deb",  # the whole closure: a node may
         f"{host}/pool/main/l/libfoo/libfoo_2.1-1_amd64.deb",  # need a newer libc than it has
         f"{host}/pool/main/p/postfix/postfix_3.7-1_amd64.deb",  # Provides: the MTA alternative
+        f"{host}/pool/main/t/tool-doc/tool-doc_1.2-1_amd64.deb",  # recommended: apt takes it
         f"{host}/pool/main/t/tool/tool_1.2-1_amd64.deb",  # the newest 1.2*, not 2.0
-    ]
+    ]  # a Recommends no repository has is skipped, as apt skips it
     assert "127.0.0.1/releases/v1.tar.gz" in outcome.fetched
     manifest = json.loads((bundle / MANIFEST).read_text())
     assert manifest["complete"] is True

@@ -1,14 +1,9 @@
-"""What a provision and a burn-in of an inventory fetch, derived from the roles themselves.
+"""What a provision and a burn-in of an inventory fetch, and the bundle that brings it in.
 
-    plan = mirror_plan(cluster)     # kiln.artifacts.plan: every artifact, one line each
-    walk_playbook(...)              # kiln.artifacts.roles: the fetching tasks a node would run
-    Scope(...)                      # kiln.artifacts.scope: a role's variables, rendered offline
+    kiln.artifacts.plan.mirror_plan(cluster)   # every artifact, derived from the roles
+    kiln.artifacts.fetch.fetch_bundle(plan, dir)  # downloaded and checked into a bundle
+    kiln.artifacts.serve.mirror_server(dir, ...)  # the bundle over HTTP, with an access log
 
-`kiln mirror plan` prints it; an air-gapped site mirrors what it names (kiln.mirror: where).
+Nothing is imported here: the mirror host runs `python3 -m kiln.artifacts.serve` with the
+standard library alone (serve, fetch, apt and kiln.mirror need nothing else).
 """
-
-from __future__ import annotations
-
-from kiln.artifacts.plan import Artifact, MirrorPlan, mirror_plan
-
-__all__ = ["Artifact", "MirrorPlan", "mirror_plan"]

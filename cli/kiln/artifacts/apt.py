@@ -10,7 +10,9 @@ dependencies: what `kiln mirror fetch` downloads for the deb artifacts of a plan
 A package is chosen as apt would with no pins: the newest version that matches (an exact
 version, or a glob such as 24.11.5*, the form kiln's roles pin with). Its Depends and
 Pre-Depends are followed: for each group of alternatives the first one the index can satisfy,
-by name or by Provides, within its version constraint. The whole closure is kept, the base
+by name or by Provides, within its version constraint; Recommends too, as apt installs them
+by default (the roles keep apt's default), where the index has them (apt skips one it cannot
+find, so a missing one is no failure). The whole closure is kept, the base
 system's libraries too: a package may need a newer libc6 than the node has, and apt then asks
 the mirror for it (Debian 13 marks even libc6 Priority: optional, so no field says "on every
 node"). Pure: text in, records out; fetching is kiln.artifacts.fetch's.
@@ -41,6 +43,7 @@ class Package:
     sha256: str
     size: int
     depends: tuple[tuple[tuple[str, str, str], ...], ...] = ()  # groups of (name, op, version)
+    recommends: tuple[tuple[tuple[str, str, str], ...], ...] = ()
     provides: tuple[str, ...] = ()
 
 
@@ -102,6 +105,7 @@ class PackageIndex:
                     depends=_relations(", ".join(
                         s[k] for k in ("Pre-Depends", "Depends") if k in s
                     )),
+                    recommends=_relations(s.get("Recommends", "")),
                     provides=tuple(r[0] for g in _relations(s.get("Provides", "")) for r in g),
                 )  # fmt: skip
             except KeyError as missing:
@@ -160,10 +164,13 @@ def resolve(index: PackageIndex, wanted: Iterable[tuple[str, str]]) -> Resolutio
         if package.name in chosen:
             continue
         chosen[package.name] = package
-        for group in package.depends:
+        groups = [(g, True) for g in package.depends] + [(g, False) for g in package.recommends]
+        for group, needed in groups:
             if any(_present(chosen, r) for r in group):
                 continue
             found = next((p for r in group if (p := index.satisfying(*r)) is not None), None)
+            if found is None and not needed:  # a Recommends apt cannot find: it goes on
+                continue
             if found is None:
                 wants = " | ".join(f"{n} ({op} {v})" if op else n for n, op, v in group)
                 out.missing.append(f"{wants}: needed by {package.name}, in no repository")

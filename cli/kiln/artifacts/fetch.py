@@ -209,22 +209,33 @@ def read_repository(
     index = PackageIndex()
     for component in components if not flat else [""]:
         stem = "Packages" if flat else f"{component}/binary-{DEB_ARCH[arch]}/Packages"
-        choice = next(
-            (f"{stem}{ext}" for ext in (".xz", ".gz", "") if f"{stem}{ext}" in listed), None
-        )
-        if choice is None:
+        packages = _index_file(bundle, top, listed, stem, url, flat)
+        if packages is None:
             raise FetchError(f"{url} {suite}: its Release lists no {stem} index")
-        entry = listed[choice]
-        item = Download(f"{top}/{choice}", entry.sha256, entry.size, f"index {choice} of {url}")
-        bundle.get(item)
-        if not flat:  # apt asks for the index by its hash where the Release says Acquire-By-Hash
-            by_hash = f"{top}/{choice.rsplit('/', 1)[0]}/by-hash/SHA256/{entry.sha256}"
-            _copy_into(bundle, bundle.path_of(item.url), by_hash)
+        # apt's update is all or nothing per Release: a Translation it lists and cannot get
+        # drops the whole repository, so the English descriptions come along where listed.
+        if not flat:
+            _index_file(bundle, top, listed, f"{component}/i18n/Translation-en", url, flat)
         try:
-            index.add(_text(bundle.path_of(item.url)), base)
+            index.add(_text(packages), base)
         except IndexError_ as exc:
             raise FetchError(str(exc)) from None
     return index
+
+
+def _index_file(bundle, top, listed, stem, url, flat) -> Path | None:
+    """One index file the Release lists (xz first, as apt asks), checked against its sha256,
+    with its by-hash copy where apt asks by hash; None when the Release lists no such file."""
+    choice = next((f"{stem}{ext}" for ext in (".xz", ".gz", "") if f"{stem}{ext}" in listed), None)
+    if choice is None:
+        return None
+    entry = listed[choice]
+    item = Download(f"{top}/{choice}", entry.sha256, entry.size, f"index {choice} of {url}")
+    bundle.get(item)
+    if not flat:  # apt asks for an index by its hash where the Release says Acquire-By-Hash
+        by_hash = f"{top}/{choice.rsplit('/', 1)[0]}/by-hash/SHA256/{entry.sha256}"
+        _copy_into(bundle, bundle.path_of(item.url), by_hash)
+    return bundle.path_of(item.url)
 
 
 def _copy_into(bundle: Bundle, source: Path, url: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -12,10 +13,11 @@ from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progres
 
 from kiln.artifacts.fetch import MANIFEST, fetch_bundle
 from kiln.artifacts.plan import mirror_plan
+from kiln.artifacts.serve import BundleError, mirror_server
 from kiln.commands._output import output_dir
 from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
 from kiln.console import err, print_json, safe
-from kiln.errors import InvalidInputError
+from kiln.errors import EnvironmentProblem, InvalidInputError
 from kiln.inventory import require_valid
 
 app = typer.Typer(no_args_is_help=True, help="What an air-gapped site must mirror.")
@@ -135,3 +137,40 @@ def fetch(
     for failure in outcome.failed:
         err.print(f"[bold red]not fetched[/]: {safe(failure)}")
     return 1 if outcome.failed else 0
+
+
+@app.command("serve")
+def serve(
+    bundle: Annotated[Path, typer.Argument(help="A bundle written by `kiln mirror fetch`.")],
+    port: Annotated[int, typer.Option("--port", "-p", min=1, max=65535)] = 8080,
+    bind: Annotated[str, typer.Option("--bind", help="The address to listen on.")] = "0.0.0.0",  # noqa: S104
+    log: Annotated[
+        Path | None, typer.Option("--log", help="Append the access log here (default: stderr).")
+    ] = None,
+) -> int:
+    """Serve BUNDLE over HTTP as it lies, until stopped: the files its bundle.json lists and
+    nothing else, each request one access-log line (time, client, method, path,
+    status). Nodes fetch from http://HOST:PORT/<host>/<path> of each source: set kiln_mirror.url
+    to http://HOST:PORT in the inventory.
+
+    Exit 2 when BUNDLE is not a bundle; 3 when the port cannot be bound.
+
+    Example:
+
+        kiln mirror serve /srv/kiln-bundle --port 8080 --log /var/log/kiln-mirror.log
+    """
+    stream = log.open("a", encoding="utf-8") if log else None
+    try:
+        server = mirror_server(bundle, bind, port, stream or sys.stderr)
+    except BundleError as exc:
+        raise InvalidInputError(str(exc)) from None
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot listen on {bind}:{port}: {exc.strerror or exc}") from None
+    err.print(f"serving {len(server.files)} files of {safe(str(bundle))} on http://{bind}:{port}/")
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+        if stream:
+            stream.close()
+    return 0

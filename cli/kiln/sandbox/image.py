@@ -164,7 +164,9 @@ def os_tag(release: Release) -> str:
     return f"{IMAGE_REPO}:{release.os}"
 
 
-def _base_tag(release: Release) -> str:
+def base_tag(release: Release) -> str:
+    """The bare debootstrapped image the node image is built on (what an offline test uses:
+    none of the packages the roles install are in it)."""
     recipe = json.dumps(base_recipe(release), sort_keys=True).encode()
     return f"{IMAGE_REPO}-base:{hashlib.sha256(recipe).hexdigest()[:12]}"
 
@@ -323,7 +325,7 @@ def ensure_image(
     if _exists(tag) and not rebuild:
         docker(["tag", tag, os_tag(release)])
         return ImageResult(tag, built=False, source="cached", seconds=time.monotonic() - start)
-    base = _base_tag(release)
+    base = base_tag(release)
     source = "cached base image"
     if rebuild or not _exists(base):
         if _registry_answers(release):
