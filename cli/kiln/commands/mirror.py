@@ -112,14 +112,13 @@ def fetch(
     resolved there with their dependencies; every file is checked against the sha256 its source
     publishes. Run again, it fetches only what is missing; a failed download names the
     artifact and its source, and the bundle keeps only whole, checked files (bundle.json lists
-    them).
+    them). PLAN is what `kiln mirror plan INVENTORY --json` prints.
 
     Exit 0 when everything was fetched; 1 when something could not be (each named, the rest
     fetched); 2 on a PLAN that is not a plan; 3 when --to cannot be written.
 
     Example:
 
-        kiln mirror plan inventories/example-h100 --json > plan.json
         kiln mirror fetch plan.json --to /srv/kiln-bundle
     """
     plan_document = _read_plan(plan_file)
@@ -150,8 +149,8 @@ def serve(
 ) -> int:
     """Serve BUNDLE over HTTP as it lies, until stopped: the files its bundle.json lists and
     nothing else, each request one access-log line (time, client, method, path,
-    status). Nodes fetch from http://HOST:PORT/<host>/<path> of each source: set kiln_mirror.url
-    to http://HOST:PORT in the inventory.
+    status). Nodes fetch each source from http://HOST:PORT/ followed by the source's host and
+    path: set kiln_mirror.url to http://HOST:PORT in the inventory.
 
     Exit 2 when BUNDLE is not a bundle; 3 when the port cannot be bound.
 
