@@ -102,7 +102,7 @@ def plan_of(server, keyring: Path, debs, files=()) -> dict:
     artifacts = [
         {"kind": "repository", "name": f"{server.url}/debian", "version": "",
          "platform": platform, "source": f"{server.url}/debian", "suite": "test main",
-         "checksum": str(keyring), "role": "", "where": "artifacts/archives.yml",
+         "checksum": str(keyring), "role": "", "where": "mirror/archives.yml",
          "when": "", "unresolved": ""},
     ]  # fmt: skip
     for name, version in debs:

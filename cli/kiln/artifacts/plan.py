@@ -20,10 +20,10 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from kiln.artifacts.archives import load_archives
 from kiln.artifacts.roles import Fetch, walk_playbook
 from kiln.inventory import Cluster, Node
 from kiln.inventory.export import resolved_vars
+from kiln.mirror.archives import load_archives
 from kiln.paths import PLAYBOOKS_DIR
 from kiln.profiles.platforms import load_platforms
 
@@ -157,7 +157,7 @@ def archive_repositories(kiln_os: str, arch: str) -> list[Artifact]:
     return [
         Artifact("repository", source.url, "", f"{kiln_os}/{arch}", source=source.url,
                  suite=" ".join([suite, *source.components]), checksum=archive.keyring,
-                 where="artifacts/archives.yml")
+                 where="mirror/archives.yml")
         for source in archive.sources if arch in source.arches
         for suite in source.suites
     ]  # fmt: skip

@@ -9,12 +9,15 @@ goes through it, so with kiln_mirror.url set the node fetches that source from t
 
 A mirror that is set is used whether or not kiln_mirror.offline is: offline only adds validate's
 refusal of sources the inventory writes outside it (kiln.inventory.rules.mirror).
+
+    {{ kiln_os | kiln_archive_sources(kiln_arch, kiln_mirror) }}   # the base role's apt sources
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from kiln.mirror.archives import load_archives
 from kiln.mirror.layout import mirrored
 
 
@@ -27,4 +30,19 @@ def mirrored_filter(url: str, mirror: object = None) -> str:
     return mirrored(str(url), str(root)) if root else str(url)
 
 
-FILTERS = {"kiln_mirrored": mirrored_filter}
+def archive_sources(kiln_os: object, arch: object = "x86_64", mirror: object = None) -> list[dict]:
+    """The distribution archive of a node's release (kiln.mirror.archives) as apt sources under
+    the mirror: [{uris, suites, components, signed_by}]; [] without a mirror url, or for a
+    release kiln has no archive entry for (dnf releases: their repositories stay the node's)."""
+    root = mirror.get("url") if isinstance(mirror, Mapping) else None
+    archive = load_archives().get(str(kiln_os)) if root else None
+    if archive is None:
+        return []
+    return [
+        {"uris": [mirrored(s.url, str(root))], "suites": list(s.suites),
+         "components": list(s.components), "signed_by": archive.keyring}
+        for s in archive.sources if str(arch) in s.arches
+    ]  # fmt: skip
+
+
+FILTERS = {"kiln_mirrored": mirrored_filter, "kiln_archive_sources": archive_sources}

@@ -1,5 +1,7 @@
 """The distribution archives of each OS release (archives.yml): where a node's distribution
-packages come from, and the keyring their signed indexes are checked with."""
+packages come from, and the keyring their signed indexes are checked with. `kiln mirror plan`
+lists them, `kiln mirror fetch` reads them, and with kiln_mirror.url set the base role points
+the node's apt at the mirror's copy of them (filter kiln_archive_sources)."""
 
 from __future__ import annotations
 
