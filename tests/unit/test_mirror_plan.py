@@ -164,3 +164,27 @@ def test_facts_of_an_os_release():
     }  # fmt: skip
     with pytest.raises(ValueError, match="not in kiln's platforms.yml"):
         node_facts("plan9", "x86_64")
+
+
+def test_a_mirror_in_the_inventory_leaves_the_plan_s_sources_upstream(tmp_path):
+    mirrored = _lines(copy_example(tmp_path, kiln_mirror={"url": "http://mirror.example:8080"}))
+    assert mirrored == _lines(EXAMPLE)  # the bundle fetches from where things are published
+
+
+def test_the_base_role_s_archive_sources_are_the_release_s_archive_under_the_mirror():
+    from kiln.mirror.filters import archive_sources
+
+    mirror = {"url": "http://mirror.example:8080/kiln/", "offline": True}
+    assert archive_sources("debian-12", "x86_64", mirror) == [
+        {"uris": ["http://mirror.example:8080/kiln/deb.debian.org/debian"],
+         "suites": ["bookworm", "bookworm-updates"], "components": ["main"],
+         "signed_by": "/usr/share/keyrings/debian-archive-keyring.gpg"},
+        {"uris": ["http://mirror.example:8080/kiln/security.debian.org/debian-security"],
+         "suites": ["bookworm-security"], "components": ["main"],
+         "signed_by": "/usr/share/keyrings/debian-archive-keyring.gpg"},
+    ]  # fmt: skip
+    (ports,) = archive_sources("ubuntu-24.04", "aarch64", mirror)
+    assert ports["uris"] == ["http://mirror.example:8080/kiln/ports.ubuntu.com/ubuntu-ports"]
+    assert archive_sources("rhel-9", "x86_64", mirror) == []  # dnf: the node's repositories
+    assert archive_sources("debian-12", "x86_64", None) == []  # no mirror: the node's sources
+    assert archive_sources("debian-12", "x86_64", {"offline": False}) == []
