@@ -305,3 +305,24 @@ def test_debian_s_real_index_resolves_slurmd_and_chrony():
 def test_versions_compare_as_dpkg_does(older, newer):
     assert compare(older, newer) < 0 < compare(newer, older)
     assert compare(newer, newer) == 0
+
+
+def test_a_versioned_relation_is_met_by_a_provides_of_that_version_only():
+    index = PackageIndex.parse(
+        "Package: python3-zmq\nVersion: 26-1\nArchitecture: amd64\nFilename: pool/z.deb\n"
+        "SHA256: 00\nDepends: python3-cffi-backend-api-max (>= 9729), mta\n\n"
+        "Package: python3-cffi-backend\nVersion: 1.17-1\nArchitecture: amd64\n"
+        "Filename: pool/c.deb\nSHA256: 01\n"
+        "Provides: python3-cffi-backend-api-9729, python3-cffi-backend-api-max (= 9729)\n\n"
+        "Package: exim4\nVersion: 4.98-1\nArchitecture: amd64\nFilename: pool/e.deb\n"
+        "SHA256: 02\nProvides: mta\n\n"
+        "Package: old\nVersion: 1-1\nArchitecture: amd64\nFilename: pool/o.deb\nSHA256: 03\n"
+        "Depends: mta (>= 2)\n",
+        "https://deb.debian.org/debian",
+    )
+    found = resolve(index, [("python3-zmq", "")])
+    assert (found.missing, sorted(p.name for p in found.packages)) == (
+        [], ["exim4", "python3-cffi-backend", "python3-zmq"]
+    )  # fmt: skip
+    # an unversioned Provides never meets a versioned relation (dpkg's rule)
+    assert resolve(index, [("old", "")]).missing == ["mta (>= 2): needed by old, in no repository"]

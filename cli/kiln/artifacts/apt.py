@@ -44,7 +44,7 @@ class Package:
     size: int
     depends: tuple[tuple[tuple[str, str, str], ...], ...] = ()  # groups of (name, op, version)
     recommends: tuple[tuple[tuple[str, str, str], ...], ...] = ()
-    provides: tuple[str, ...] = ()
+    provides: tuple[tuple[str, str], ...] = ()  # (name, version: "" when unversioned)
 
 
 def stanzas(text: str) -> Iterable[dict[str, str]]:
@@ -106,14 +106,17 @@ class PackageIndex:
                         s[k] for k in ("Pre-Depends", "Depends") if k in s
                     )),
                     recommends=_relations(s.get("Recommends", "")),
-                    provides=tuple(r[0] for g in _relations(s.get("Provides", "")) for r in g),
+                    provides=tuple(
+                        (r[0], r[2] if r[1] == "=" else "")
+                        for g in _relations(s.get("Provides", "")) for r in g
+                    ),
                 )  # fmt: skip
             except KeyError as missing:
                 raise IndexError_(
                     f"{base_url}: package {s.get('Package', '?')} has no {missing} field"
                 ) from None
             self.by_name.setdefault(package.name, []).append(package)
-            for name in package.provides:
+            for name, _ in package.provides:
                 self.providers.setdefault(name, []).append(package)
 
     def newest(self, name: str, pattern: str = "") -> Package | None:
@@ -125,10 +128,13 @@ class PackageIndex:
         return max(offered, key=lambda p: sort_key(p.version)) if offered else None
 
     def satisfying(self, name: str, op: str, version: str) -> Package | None:
-        """The newest package that satisfies one relation, by its own name or a Provides."""
+        """The newest package that satisfies one relation, by its own name or a Provides (a
+        versioned relation only by a Provides of that name with a version: `foo (= 9729)`)."""
         candidates = [p for p in self.by_name.get(name, ()) if _meets(p.version, op, version)]
-        if not candidates and not op:
-            candidates = list(self.providers.get(name, ()))
+        if not candidates:
+            candidates = [
+                p for p in self.providers.get(name, ()) if _provides(p, name, op, version)
+            ]
         return max(candidates, key=lambda p: sort_key(p.version)) if candidates else None
 
 
@@ -185,7 +191,15 @@ def _present(chosen: dict[str, Package], relation: tuple[str, str, str]) -> bool
     have = chosen.get(name)
     if have is not None and _meets(have.version, op, version):
         return True
-    return not op and any(name in p.provides for p in chosen.values())
+    return any(_provides(p, name, op, version) for p in chosen.values())
+
+
+def _provides(package: Package, name: str, op: str, version: str) -> bool:
+    """Whether `package` provides `name` within (op, version), as dpkg reads Provides."""
+    return any(
+        provided == name and (not op or (given and _meets(given, op, version)))
+        for provided, given in package.provides
+    )
 
 
 @dataclass(frozen=True)

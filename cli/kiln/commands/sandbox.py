@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import asdict
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -68,10 +69,22 @@ def up(
         ),
     ] = None,
     rebuild: Annotated[bool, typer.Option(help="Rebuild the node image even if cached.")] = False,
+    bundle: Annotated[
+        Path | None,
+        typer.Option(
+            "--mirror",
+            metavar="BUNDLE",
+            help="Air-gapped: no route out, and a mirror container serving BUNDLE "
+            "(kiln mirror fetch's); the inventory sets kiln_mirror to it.",
+        ),
+    ] = None,
 ) -> None:
     """Start (or reuse) the sandbox, trust it over SSH, write its inventory; print its path.
 
     The nodes run Debian 13 and its Slurm 24.11 unless --os debian-12 (Slurm 22.05) is given.
+    With --mirror BUNDLE the sandbox's network has no route out and every artifact comes from
+    the bundle through the mirror container (its access log: docker logs <instance>-mirror);
+    run it beside the default one with KILN_SANDBOX=name.
 
     Example:
 
@@ -79,7 +92,8 @@ def up(
     """
     release = releases.chosen(os_)
     with _progress() as progress:
-        result = lifecycle.up(nodes, config.paths(), progress, release=release, rebuild=rebuild)
+        result = lifecycle.up(nodes, config.paths(), progress, release=release, rebuild=rebuild,
+                              bundle=bundle)  # fmt: skip
     for node in result.nodes:
         err.print(f"  {node.name:<12} {node.address:<15} {node.action:<9} systemd {node.systemd}")
     for name in result.removed:

@@ -37,10 +37,12 @@ class ContainerState:
     role: str
 
 
-def network_create_command() -> list[str]:
+def network_create_command(internal: bool = False) -> list[str]:
+    """internal: no route beyond the network's own containers (an air-gapped sandbox)."""
     return [
         "network", "create",
         "--driver", "bridge",
+        *(["--internal"] if internal else []),
         "--subnet", SUBNET,
         "--gateway", GATEWAY,
         "--label", f"{LABEL}={INSTANCE}",
@@ -66,11 +68,11 @@ def run_command(node: Node, image: str) -> list[str]:
     ]  # fmt: skip
 
 
-def ensure_network() -> bool:
+def ensure_network(internal: bool = False) -> bool:
     """Create the network unless it exists; True when it was created."""
     if docker(["network", "inspect", NETWORK], check=False).returncode == 0:
         return False
-    docker(network_create_command())
+    docker(network_create_command(internal))
     return True
 
 

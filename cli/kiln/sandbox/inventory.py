@@ -43,7 +43,9 @@ def render_hosts(count: int) -> str:
     )
 
 
-def render_group_vars(paths: Paths, release: Release = RELEASES[DEFAULT]) -> str:
+def render_group_vars(
+    paths: Paths, release: Release = RELEASES[DEFAULT], mirror_url: str | None = None
+) -> str:
     key = paths.display(paths.private_key)
     known_hosts = paths.display(paths.known_hosts)
     return (
@@ -81,20 +83,30 @@ def render_group_vars(paths: Paths, release: Release = RELEASES[DEFAULT]) -> str
         "ansible_ssh_common_args: >-\n"
         f"  -o UserKnownHostsFile={known_hosts}\n"
         "  -o StrictHostKeyChecking=yes\n"
+        + (
+            "# No route out: every artifact from the sandbox's mirror (kiln sandbox up --mirror).\n"
+            f"kiln_mirror:\n  url: {mirror_url}\n  offline: true\n"
+            if mirror_url
+            else ""
+        )
     )
 
 
-def render(count: int, paths: Paths, release: Release = RELEASES[DEFAULT]) -> dict[str, str]:
+def render(
+    count: int, paths: Paths, release: Release = RELEASES[DEFAULT], mirror_url: str | None = None
+) -> dict[str, str]:
     """Relative path -> content of every file of the inventory."""
     return {
         "hosts.yml": render_hosts(count),
-        "group_vars/all.yml": render_group_vars(paths, release),
+        "group_vars/all.yml": render_group_vars(paths, release, mirror_url),
     }
 
 
-def write(directory: Path, count: int, paths: Paths, release: Release) -> Path:
+def write(
+    directory: Path, count: int, paths: Paths, release: Release, mirror_url: str | None = None
+) -> Path:
     """Write the inventory into `directory` (replacing those files); returns the directory."""
-    for relative, content in render(count, paths, release).items():
+    for relative, content in render(count, paths, release, mirror_url).items():
         target = directory / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)

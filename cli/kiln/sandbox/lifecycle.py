@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kiln.errors import InvalidInputError
-from kiln.sandbox import cluster, image, inventory, light, ssh
-from kiln.sandbox.config import MAX_NODES, Paths, nodes
+from kiln.sandbox import cluster, image, inventory, light, mirror, ssh
+from kiln.sandbox.config import MAX_NODES, NETWORK, Paths, nodes
 from kiln.sandbox.docker import require_docker
 from kiln.sandbox.releases import Release, chosen
 
@@ -62,9 +62,12 @@ def up(
     *,
     release: Release | None = None,
     rebuild: bool = False,
+    bundle: Path | None = None,
 ) -> UpResult:
     """Bring up a controller and `count` compute nodes of `release` (default: the chosen one),
-    trusted over SSH, with an inventory. Nodes of another release are replaced."""
+    trusted over SSH, with an inventory. Nodes of another release are replaced. With `bundle`
+    (kiln mirror fetch's), the sandbox has no route out and a mirror serves the bundle
+    (kiln.sandbox.mirror); its inventory sets kiln_mirror."""
     if not 1 <= count <= MAX_NODES:
         raise InvalidInputError(f"--nodes must be between 1 and {MAX_NODES}, not {count}")
     release = release or chosen()
@@ -75,8 +78,18 @@ def up(
         progress(f"built {img.tag} from {img.source} in {img.seconds:.0f}s")
 
     wanted = nodes(count)
-    cluster.ensure_network()
-    existing = {c.name: c for c in cluster.containers()}
+    internal = mirror.network_is_internal()
+    if internal is not None and internal != (bundle is not None):
+        raise InvalidInputError(
+            f"the sandbox network {NETWORK} exists {'without' if internal else 'with'} a route "
+            f"out; `kiln sandbox up` {'with' if bundle else 'without'} --mirror needs the other",
+            hint="`kiln sandbox down` first, or run the other one beside it (KILN_SANDBOX=name)",
+        )
+    cluster.ensure_network(internal=bundle is not None)
+    mirror_at = mirror.ensure_mirror(bundle, img.tag) if bundle else None
+    if mirror_at:
+        progress(f"{mirror.MIRROR}: serving {bundle} at {mirror.mirror_url(mirror_at)}")
+    existing = {c.name: c for c in cluster.containers() if c.role != mirror.ROLE}
     removed = sorted(set(existing) - {n.name for n in wanted})
     for name in removed:
         progress(f"removing {name} (not part of a {count}-node sandbox)")
@@ -95,7 +108,8 @@ def up(
         lines.append(ssh.known_hosts_line(node, ssh.host_key(node)))
         results.append(NodeResult(node.name, node.address, actions[node.name], state))
     ssh.write_known_hosts(paths.known_hosts, lines)
-    inventory.write(paths.inventory_dir, count, paths, release)
+    url = mirror.mirror_url(mirror_at) if mirror_at else None
+    inventory.write(paths.inventory_dir, count, paths, release, url)
 
     for node in wanted:
         progress(f"proving ssh with host key checking to {node.name}")
