@@ -167,3 +167,26 @@ def test_missing_docker_is_an_environment_problem(monkeypatch) -> None:
         docker.require_docker()
     assert raised.value.exit_code == 3
     assert "ensure-docker.sh" in (raised.value.hint or "")
+
+
+def test_an_air_gapped_sandbox_has_an_internal_network_and_a_mirror_serving_the_bundle(
+    tmp_path, default_paths
+) -> None:
+    from kiln.sandbox import mirror
+
+    assert "--internal" in cluster.network_create_command(internal=True)
+    assert "--internal" not in cluster.network_create_command()
+    command = mirror.run_command(tmp_path / "bundle", "kiln-node-base:abc")
+    assert command[command.index("--ip") + 1] == "172.31.250.5"
+    assert f"{tmp_path / 'bundle'}:/srv/bundle:ro" in command
+    source = command[command.index(f"{tmp_path / 'bundle'}:/srv/bundle:ro") + 2]
+    assert source == f"{REPO / 'cli' / 'kiln'}:/opt/kiln-src/kiln:ro"  # kiln's own server
+    serve = ["python3", "-m", "kiln.artifacts.serve", "/srv/bundle", "--port", "8080"]
+    assert command[-7:] == ["kiln-node-base:abc", *serve]
+    with pytest.raises(InvalidInputError, match="is not a kiln bundle"):
+        mirror.ensure_mirror(tmp_path, "kiln-node:abc")
+    inventory.write(tmp_path / "inv", 2, default_paths, releases.RELEASES["debian-13"],
+                    mirror.mirror_url("172.31.250.5"))  # fmt: skip
+    result = load_cluster(tmp_path / "inv")
+    assert result.errors == [] and result.warnings == []
+    assert result.cluster.mirror.url == "http://172.31.250.5:8080" and result.cluster.mirror.offline
