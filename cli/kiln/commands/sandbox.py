@@ -83,7 +83,7 @@ def up(
 
     The nodes run Debian 13 and its Slurm 24.11 unless --os debian-12 (Slurm 22.05) is given.
     With --mirror BUNDLE the sandbox's network has no route out and every artifact comes from
-    the bundle through the mirror container (its access log: docker logs <instance>-mirror);
+    the bundle through the mirror container (its access log: docker logs INSTANCE-mirror);
     run it beside the default one with KILN_SANDBOX=name.
 
     Example:
