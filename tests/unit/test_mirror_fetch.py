@@ -162,6 +162,10 @@ def test_a_plan_is_fetched_with_dependencies_and_checked(server, signer, tmp_pat
     assert "127.0.0.1/releases/v1.tar.gz" in outcome.fetched
     manifest = json.loads((bundle / MANIFEST).read_text())
     assert manifest["complete"] is True
+    assert manifest["packages"] == {  # the exact versions the plan's lines resolved to
+        "debian-13/x86_64": {"libc6": "2.41-1", "libfoo": "2.1-1", "postfix": "3.7-1",
+                             "tool": "1.2-1", "tool-doc": "1.2-1"},
+    }  # fmt: skip
     assert set(manifest["files"]) == {
         str(p.relative_to(bundle)) for p in bundle.rglob("*") if p.is_file() and p.name != MANIFEST
     }

@@ -15,7 +15,8 @@ against the plan's sha256 where it has one.
 
 Every download goes to a `.part` file and is renamed into place only once its checksum held,
 so the bundle holds only whole, checked files whatever stops the run; `bundle.json` lists
-them. Run again, it fetches only what is missing. What cannot be fetched (an unreachable
+them, and the exact version each platform's packages resolved to (the plan's unpinned lines
+made exact: what the nodes will install). Run again, it fetches only what is missing. What cannot be fetched (an unreachable
 source, a checksum that does not hold, a package no repository offers, a kind kiln does not
 fetch yet) is named with its source, and the rest is still fetched.
 """
@@ -91,6 +92,8 @@ class Bundle:
     root: Path
     opener: Opener = _open
     files: dict[str, dict] = field(default_factory=dict)  # path -> {url, sha256, size}
+    # platform -> package -> the exact version resolved: what the plan's unpinned lines became
+    packages: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def path_of(self, url: str) -> Path:
         return self.root / mirror_path(url)
@@ -135,6 +138,7 @@ class Bundle:
             "kiln": "mirror-bundle", "schema_version": 1, "cluster": plan.get("cluster"),
             "platforms": plan.get("platforms", []),
             "complete": complete, "failed": failed,
+            "packages": {k: dict(sorted(v.items())) for k, v in sorted(self.packages.items())},
             "files": dict(sorted(self.files.items())),
         }  # fmt: skip
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".bundle-", suffix=".json")
@@ -312,6 +316,7 @@ def _packages(bundle, artifacts, platform, debs, failed) -> list[Download]:
         for name, packages in part.providers.items():
             index.providers.setdefault(name, []).extend(packages)
     found = resolve(index, [(a["name"], a.get("version", "")) for a in debs])
+    bundle.packages[platform] = {p.name: p.version for p in found.packages}
     failed += [f"deb {why} ({platform})" for why in found.missing]
     return [Download(p.url, p.sha256, p.size, f"deb {p.name} {p.version}") for p in found.packages]
 
