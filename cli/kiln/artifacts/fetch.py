@@ -16,9 +16,10 @@ against the plan's sha256 where it has one.
 Every download goes to a `.part` file and is renamed into place only once its checksum held,
 so the bundle holds only whole, checked files whatever stops the run; `bundle.json` lists
 them, and the exact version each platform's packages resolved to (the plan's unpinned lines
-made exact: what the nodes will install). Run again, it fetches only what is missing. What cannot be fetched (an unreachable
-source, a checksum that does not hold, a package no repository offers, a kind kiln does not
-fetch yet) is named with its source, and the rest is still fetched.
+made exact: what the nodes will install). Run again, it fetches only what is missing. What
+cannot be fetched (an unreachable source, a checksum that does not hold, a package no
+repository offers, a kind kiln does not fetch yet) is named with its source, and the rest is
+still fetched.
 """
 
 from __future__ import annotations
