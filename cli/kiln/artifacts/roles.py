@@ -14,7 +14,7 @@ a task's arguments need from the node is kept as the reason it is unresolved.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -144,57 +144,56 @@ def _decide(scope: Scope, when: Any) -> tuple[str, ...] | None:
         return (str(when),)
 
 
+@dataclass(frozen=True)
+class _At:
+    """Where the walk is: the task file and its lines, the scope, the role, the conditions
+    only the node decides that the tasks here are under."""
+
+    path: Path
+    lines: dict[str, int]
+    scope: Scope
+    role: str
+    conditions: tuple[str, ...]
+
+    def where(self, walk: _Walk, key: str) -> str:
+        return f"{self.path.relative_to(walk.root)}:{self.lines.get(key, 0)}"
+
+
 def _tasks(walk: _Walk, path: Path, scope: Scope, role: str, conditions: tuple[str, ...]):
     if walk.depth > 20 or not path.exists():  # an include of itself: no deeper than this
         return
     walk.depth += 1
     try:
-        lines = _task_lines(path)
-        _list(walk, path, _load(path), "", lines, scope, role, conditions)
+        _list(walk, _At(path, _task_lines(path), scope, role, conditions), _load(path), "")
     finally:
         walk.depth -= 1
 
 
-def _list(walk, path, tasks, prefix, lines, scope, role, conditions):
+def _list(walk: _Walk, at: _At, tasks: list | None, prefix: str) -> None:
     for i, task in enumerate(tasks or []):
-        key = f"{prefix}/{i}" if prefix else str(i)
-        where = f"{path.relative_to(walk.root)}:{lines.get(key, 0)}"
-        _task(walk, path, task, key, where, lines, scope, role, conditions)
+        _task(walk, at, task, f"{prefix}/{i}" if prefix else str(i))
 
 
-def _task(walk, path, task, key, where, lines, scope, role, conditions):
-    scope = scope.child(task.get("vars"))
+def _task(walk: _Walk, at: _At, task: dict, key: str) -> None:
+    scope = at.scope.child(task.get("vars"))
     decided = _decide(scope, task.get("when"))
     if decided is None:
         return
-    conditions = conditions + decided
+    at = replace(at, scope=scope, conditions=at.conditions + decided)
     if "block" in task:
         for part in ("block", "always"):
-            _list(walk, path, task.get(part), f"{key}/{part}", lines, scope, role, conditions)
+            _list(walk, at, task.get(part), f"{key}/{part}")
         return
     module = _task_module(task)
     if module is None:
         return
-    short, args = _short(module), task[module]
+    short, args, where = _short(module), task[module], at.where(walk, key)
     if short in _INCLUDES:
-        target = args.get("file") if isinstance(args, dict) else args
-        try:
-            name = str(scope.render(target))
-        except Unresolved:
-            return
-        file = Path(name) if name.startswith("/") else path.parent / name
-        _tasks(walk, file, scope, role, conditions)
+        _include_tasks(walk, at, args)
     elif short == "include_vars":
-        target = args.get("file") if isinstance(args, dict) else args
-        try:
-            name = str(scope.render(target))
-            file = Path(name) if name.startswith("/") else path.parent.parent / "vars" / name
-        except Unresolved:
-            return
-        if file.exists():
-            scope.high.included.update(yaml.safe_load(file.read_text(encoding="utf-8")) or {})
+        _include_vars(at, args)
     elif short in _ROLES:
-        _include_role(walk, args, scope, conditions)
+        _include_role(walk, args, scope, at.conditions)
     elif short == "set_fact":  # rendered now, as Ansible does (a fact may build on its old value)
         for name, value in args.items():
             if name == "cacheable":
@@ -204,13 +203,34 @@ def _task(walk, path, task, key, where, lines, scope, role, conditions):
             except Unresolved as exc:
                 scope.high.facts[name] = unknown(str(exc))
     elif short in FETCHING:
-        _fetch(walk, short, args, task, where, scope, role, conditions)
+        _fetch(walk, at, short, args, task, where)
     elif short == "template" and _is_source_list(args, scope):
-        _source_list(walk, path, args, where, scope, role, conditions)
+        _source_list(walk, at, args, where)
     if task.get("register"):
         scope.high.facts[task["register"]] = unknown(
             f"{task['register']} is what the node reports at play time ({where})"
         )
+
+
+def _include_tasks(walk: _Walk, at: _At, args: Any) -> None:
+    target = args.get("file") if isinstance(args, dict) else args
+    try:
+        name = str(at.scope.render(target))
+    except Unresolved:
+        return  # a file only the node names: nothing the plan can walk
+    file = Path(name) if name.startswith("/") else at.path.parent / name
+    _tasks(walk, file, at.scope, at.role, at.conditions)
+
+
+def _include_vars(at: _At, args: Any) -> None:
+    target = args.get("file") if isinstance(args, dict) else args
+    try:
+        name = str(at.scope.render(target))
+    except Unresolved:
+        return
+    file = Path(name) if name.startswith("/") else at.path.parent.parent / "vars" / name
+    if file.exists():
+        at.scope.high.included.update(yaml.safe_load(file.read_text(encoding="utf-8")) or {})
 
 
 def _is_source_list(args: Any, scope: Scope) -> bool:
@@ -222,17 +242,18 @@ def _is_source_list(args: Any, scope: Scope) -> bool:
     return dest.startswith(SOURCE_LISTS)
 
 
-def _source_list(walk, path, args, where, scope, role, conditions) -> None:
+def _source_list(walk: _Walk, at: _At, args: dict, where: str) -> None:
     """The repositories a templated source list names: the template rendered as the role would."""
-    template = path.parent.parent / "templates" / str(scope.render(args["src"]))
     try:
-        content = str(scope.render(template.read_text(encoding="utf-8")))
+        template = at.path.parent.parent / "templates" / str(at.scope.render(args["src"]))
+        content = str(at.scope.render(template.read_text(encoding="utf-8")))
+        dest = at.scope.render(args["dest"])
         missing: tuple[str, ...] = ()
-    except Unresolved as exc:
-        content, missing = "", (f"{template.name}: {exc}",)
+    except (Unresolved, OSError) as exc:
+        content, dest, missing = "", args.get("dest", ""), (f"{args.get('src')}: {exc}",)
     walk.found.append(
-        Fetch("template", {"content": content, "dest": scope.render(args["dest"])}, where,
-              _role_of(where, role), tuple(conditions), missing, frozenset(args))
+        Fetch("template", {"content": content, "dest": dest}, where,
+              _role_of(where, at.role), at.conditions, missing, frozenset(args))
     )  # fmt: skip
 
 
@@ -243,9 +264,12 @@ def _role_of(where: str, role: str) -> str:
 
 
 def _include_role(walk: _Walk, args: dict, scope: Scope, conditions: tuple[str, ...]) -> None:
-    name = str(scope.render(args.get("name")))
+    try:
+        name = str(scope.render(args.get("name")))
+        tasks_from = str(scope.render(args.get("tasks_from", "main")))
+    except Unresolved:
+        return  # a role only the node names: nothing the plan can walk
     role_dir = walk.root / "roles" / name
-    tasks_from = str(scope.render(args.get("tasks_from", "main")))
     file = role_dir / "tasks" / (tasks_from if tasks_from.endswith(".yml") else f"{tasks_from}.yml")
     inner = Scope(
         [_role_vars(role_dir, "defaults"), *scope.low, _role_vars(role_dir, "vars")],
@@ -254,7 +278,7 @@ def _include_role(walk: _Walk, args: dict, scope: Scope, conditions: tuple[str, 
     _tasks(walk, file, inner, name, conditions)
 
 
-def _fetch(walk, short, args, task, where, scope, role, conditions) -> None:
+def _fetch(walk: _Walk, at: _At, short: str, args: Any, task: dict, where: str) -> None:
     if not isinstance(args, dict):
         return
     items: list[Any] = [None]
@@ -262,12 +286,12 @@ def _fetch(walk, short, args, task, where, scope, role, conditions) -> None:
     unresolved: list[str] = []
     if loop is not None:
         try:
-            items = list(scope.render(loop))
+            items = list(at.scope.render(loop))
         except Unresolved as exc:
             unresolved.append(f"loop: {exc}")
             items = []
     for item in items:
-        here = scope.child({"item": item}) if item is not None else scope
+        here = at.scope.child({"item": item}) if item is not None else at.scope
         rendered: dict[str, Any] = {}
         missing = list(unresolved)
         for name, value in args.items():
@@ -278,13 +302,6 @@ def _fetch(walk, short, args, task, where, scope, role, conditions) -> None:
             if rendered.get(name) == OMIT:
                 del rendered[name]
         walk.found.append(
-            Fetch(
-                short,
-                rendered,
-                where,
-                _role_of(where, role),
-                tuple(conditions),
-                tuple(missing),
-                frozenset(args),
-            )
-        )
+            Fetch(short, rendered, where, _role_of(where, at.role), at.conditions,
+                  tuple(missing), frozenset(args))
+        )  # fmt: skip
