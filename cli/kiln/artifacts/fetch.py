@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kiln.artifacts.apt import IndexError_, PackageIndex, read_release, resolve
+from kiln.artifacts.apt import IndexError_, IndexFile, PackageIndex, read_release, resolve
 from kiln.mirror.layout import MirrorError, mirror_path
 
 MANIFEST = "bundle.json"
@@ -228,7 +228,9 @@ def read_repository(
     return index
 
 
-def _index_file(bundle, top, listed, stem, url, flat) -> Path | None:
+def _index_file(
+    bundle: Bundle, top: str, listed: dict[str, IndexFile], stem: str, url: str, flat: bool
+) -> Path | None:
     """One index file the Release lists (xz first, as apt asks), checked against its sha256,
     with its by-hash copy where apt asks by hash; None when the Release lists no such file."""
     choice = next((f"{stem}{ext}" for ext in (".xz", ".gz", "") if f"{stem}{ext}" in listed), None)
@@ -294,7 +296,10 @@ def _role_keys(artifacts: list[dict], platform: str) -> dict[str, list[Download]
     return keys
 
 
-def _packages(bundle, artifacts, platform, debs, failed) -> list[Download]:
+def _packages(
+    bundle: Bundle, artifacts: list[dict], platform: str, debs: list[dict], failed: list[str]
+) -> list[Download]:
+    """The platform's repositories read and its debs resolved there: the packages to fetch."""
     arch = platform.split("/", 1)[1]
     role_keys = _role_keys(artifacts, platform)
     index = PackageIndex()
