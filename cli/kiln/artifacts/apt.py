@@ -30,7 +30,7 @@ from kiln.artifacts.debversion import compare, sort_key
 _RELATION = re.compile(r"^\s*([^\s(:]+)(?::\S+)?\s*(?:\(\s*(<<|<=|=|>=|>>)\s*([^)\s]+)\s*\))?")
 
 
-class IndexError_(ValueError):
+class AptIndexError(ValueError):
     """An index that is not what apt would accept (its words name the line or file)."""
 
 
@@ -112,7 +112,7 @@ class PackageIndex:
                     ),
                 )  # fmt: skip
             except KeyError as missing:
-                raise IndexError_(
+                raise AptIndexError(
                     f"{base_url}: package {s.get('Package', '?')} has no {missing} field"
                 ) from None
             self.by_name.setdefault(package.name, []).append(package)
@@ -222,4 +222,4 @@ def read_release(text: str) -> dict[str, IndexFile]:
                 if len(parts) == 3:
                     files[parts[2]] = IndexFile(parts[2], parts[0], int(parts[1]))
             return files
-    raise IndexError_("the Release file has no SHA256 list")
+    raise AptIndexError("the Release file has no SHA256 list")

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kiln.artifacts.apt import IndexError_, IndexFile, PackageIndex, read_release, resolve
+from kiln.artifacts.apt import AptIndexError, IndexFile, PackageIndex, read_release, resolve
 from kiln.mirror.layout import MirrorError, mirror_path
 
 MANIFEST = "bundle.json"
@@ -209,7 +209,7 @@ def read_repository(
     verify_signature(inrelease, keyrings)
     try:
         listed = read_release(inrelease.read_text(encoding="utf-8", errors="replace"))
-    except IndexError_ as exc:
+    except AptIndexError as exc:
         raise FetchError(f"{url} {suite}: {exc}") from None
     index = PackageIndex()
     for component in components if not flat else [""]:
@@ -223,7 +223,7 @@ def read_repository(
             _index_file(bundle, top, listed, f"{component}/i18n/Translation-en", url, flat)
         try:
             index.add(_text(packages), base)
-        except IndexError_ as exc:
+        except AptIndexError as exc:
             raise FetchError(str(exc)) from None
     return index
 
