@@ -104,8 +104,9 @@ class Bundle:
         copy was already there. FetchError naming the file and its source if not."""
         target = self.path_of(item.url)
         relative = str(target.relative_to(self.root))
-        if target.is_file() and (not item.sha256 or sha256_of(target) == item.sha256):
-            self.files[relative] = {"url": item.url, "sha256": sha256_of(target),
+        have = sha256_of(target) if target.is_file() else None  # read once, kept or not
+        if have is not None and (not item.sha256 or have == item.sha256):
+            self.files[relative] = {"url": item.url, "sha256": have,
                                     "size": target.stat().st_size}  # fmt: skip
             return False
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -246,13 +247,14 @@ def _index_file(
 
 
 def _copy_into(bundle: Bundle, source: Path, url: str) -> None:
+    """`source`, in the bundle and checked already, copied to `url`'s path (apt's by-hash name):
+    its recorded checksum serves the copy, which is written unless a whole one is there."""
+    checked = bundle.files[str(source.relative_to(bundle.root))]
     target = bundle.path_of(url)
-    if not target.is_file():
+    if not target.is_file() or sha256_of(target) != checked["sha256"]:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(source.read_bytes())
-    bundle.files[str(target.relative_to(bundle.root))] = {
-        "url": url, "sha256": sha256_of(target), "size": target.stat().st_size
-    }  # fmt: skip
+    bundle.files[str(target.relative_to(bundle.root))] = {**checked, "url": url}
 
 
 def plan_downloads(bundle: Bundle, plan: dict, failed: list[str]) -> list[Download]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated
 
@@ -59,18 +60,19 @@ def plan(
     return 0
 
 
+PLAN_HINT = "write one with `kiln mirror plan INVENTORY --json > PLAN`"
+
+
 def _read_plan(path: Path) -> dict:
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise InvalidInputError(
-            f"{path} is not a readable mirror plan ({exc})",
-            hint="write one with `kiln mirror plan INVENTORY --json > PLAN`",
+            f"{path} is not a readable mirror plan ({exc})", hint=PLAN_HINT
         ) from None
     if not isinstance(document, dict) or document.get("kiln") != "mirror-plan":
         raise InvalidInputError(
-            f'{path} is not a mirror plan (no "kiln": "mirror-plan")',
-            hint="write one with `kiln mirror plan INVENTORY --json > PLAN`",
+            f'{path} is not a mirror plan (no "kiln": "mirror-plan")', hint=PLAN_HINT
         )
     return document
 
@@ -124,10 +126,7 @@ def fetch(
     plan_document = _read_plan(plan_file)
     root = output_dir(to)
     bar = _Bar()
-    if bar.rich:
-        with bar.progress:
-            outcome = fetch_bundle(plan_document, root, bar)
-    else:
+    with bar.progress if bar.rich else nullcontext():  # a live bar on a terminal only
         outcome = fetch_bundle(plan_document, root, bar)
     err.print(
         f"{len(outcome.fetched)} fetched ({outcome.bytes / 1e6:.1f} MB), {len(outcome.kept)} "

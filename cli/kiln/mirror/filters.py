@@ -21,25 +21,30 @@ from kiln.mirror.archives import load_archives
 from kiln.mirror.layout import mirrored
 
 
+def _root(mirror: object) -> str | None:
+    """kiln_mirror's url, None when there is none (kiln_mirror undefined, null, {} or without
+    url). An undefined kiln_mirror arrives as Jinja's Undefined, which is no Mapping; isinstance
+    is the one test that does not make a strict Undefined raise."""
+    root = mirror.get("url") if isinstance(mirror, Mapping) else None
+    return str(root) if root else None
+
+
 def mirrored_filter(url: str, mirror: object = None) -> str:
     """`url` under the mirror of `mirror` (the kiln_mirror mapping); `url` unchanged when there
-    is no mirror url (kiln_mirror undefined, null, {} or without url)."""
-    # An undefined kiln_mirror arrives as Jinja's Undefined, which is no Mapping; isinstance is
-    # the one test that does not make a strict Undefined raise.
-    root = mirror.get("url") if isinstance(mirror, Mapping) else None
-    return mirrored(str(url), str(root)) if root else str(url)
+    is no mirror url."""
+    return mirrored(str(url), _root(mirror))
 
 
 def archive_sources(kiln_os: object, arch: object = "x86_64", mirror: object = None) -> list[dict]:
     """The distribution archive of a node's release (kiln.mirror.archives) as apt sources under
     the mirror: [{uris, suites, components, signed_by}]; [] without a mirror url, or for a
     release kiln has no archive entry for (dnf releases: their repositories stay the node's)."""
-    root = mirror.get("url") if isinstance(mirror, Mapping) else None
+    root = _root(mirror)
     archive = load_archives().get(str(kiln_os)) if root else None
     if archive is None:
         return []
     return [
-        {"uris": [mirrored(s.url, str(root))], "suites": list(s.suites),
+        {"uris": [mirrored(s.url, root)], "suites": list(s.suites),
          "components": list(s.components), "signed_by": archive.keyring}
         for s in archive.sources if str(arch) in s.arches
     ]  # fmt: skip
