@@ -26,6 +26,20 @@ VENV_BIN = Path(sys.executable).parent
 SANDBOX_NODES = int(os.environ.get("KILN_SANDBOX_NODES", "2"))
 
 
+def run_kiln(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
+    """`kiln ARGS` from this venv, its output captured; the caller reads the exit code."""
+    return subprocess.run([str(VENV_BIN / "kiln"), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, check=False)  # fmt: skip
+
+
+def run_docker(*args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+    """`docker ARGS`, its output captured; raises on failure unless check=False."""
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout,
+                          check=check)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Sandbox:
     inventory: Path

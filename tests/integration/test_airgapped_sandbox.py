@@ -13,22 +13,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
 
-from .conftest import REPO, VENV_BIN
+from .conftest import REPO, run_docker, run_kiln
 
 pytestmark = pytest.mark.airgapped
 INSTANCE = "airgap"
 CACHE = Path(os.environ.get("KILN_BUNDLE_CACHE", "~/.cache/kiln/airgap-bundle")).expanduser()
-
-
-def _kiln(*args: str, env: dict, timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([str(VENV_BIN / "kiln"), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, check=False)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -36,40 +30,38 @@ def airgapped(tmp_path_factory):
     """(env, inventory) of an air-gapped sandbox, brought down afterwards."""
     home = tmp_path_factory.mktemp("kiln-airgap")
     env = {**os.environ, "KILN_SANDBOX": INSTANCE, "KILN_HOME": str(home)}
-    planned = _kiln("mirror", "plan", str(REPO / "inventories" / "sandbox"), "--json",
-                    env=env, timeout=300)  # fmt: skip
+    planned = run_kiln("mirror", "plan", str(REPO / "inventories" / "sandbox"), "--json",
+                       env=env, timeout=300)  # fmt: skip
     assert planned.returncode == 0, planned.stderr
     (home / "plan.json").write_text(planned.stdout)
-    fetched = _kiln("mirror", "fetch", str(home / "plan.json"), "--to", str(CACHE),
-                    env=env, timeout=1800)  # fmt: skip
+    fetched = run_kiln("mirror", "fetch", str(home / "plan.json"), "--to", str(CACHE),
+                       env=env, timeout=1800)  # fmt: skip
     assert fetched.returncode == 0, fetched.stderr[-4000:]
-    _kiln("sandbox", "down", env=env, timeout=300)  # a sandbox of that name left by a killed run
-    up = _kiln("sandbox", "up", "--nodes", "2", "--mirror", str(CACHE), env=env, timeout=1200)
+    run_kiln("sandbox", "down", env=env, timeout=300)  # a sandbox of that name left by a killed run
+    up = run_kiln("sandbox", "up", "--nodes", "2", "--mirror", str(CACHE), env=env, timeout=1200)
     assert up.returncode == 0, up.stderr[-4000:]
     try:
         yield env, Path(up.stdout.strip())
     finally:
-        _kiln("sandbox", "down", env=env, timeout=300)
+        run_kiln("sandbox", "down", env=env, timeout=300)
 
 
 def test_provision_and_burnin_pass_with_no_route_out(airgapped):
     env, inventory = airgapped
     probe = "import urllib.request as u; u.urlopen('http://deb.debian.org/', timeout=5)"
-    egress = subprocess.run(["docker", "exec", f"{INSTANCE}-node01", "python3", "-c", probe],
-                            capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    egress = run_docker("exec", f"{INSTANCE}-node01", "python3", "-c", probe, check=False)
     assert egress.returncode != 0, "a node reached Debian's archive: the sandbox has a route out"
 
-    provision = _kiln("provision", str(inventory), "--yes", "--json", env=env, timeout=2400)
+    provision = run_kiln("provision", str(inventory), "--yes", "--json", env=env, timeout=2400)
     assert provision.returncode == 0, provision.stderr[-6000:]
     with (inventory / "group_vars" / "all.yml").open("a", encoding="utf-8") as handle:
         handle.write("\nkiln_burnin:\n  gemm_tflops_floor: 0.0001\n")  # a loaded CI machine
-    burnin = _kiln("burnin", str(inventory), "--suite", "quick", "--seconds", "5", "--json",
-                   env=env, timeout=1200)  # fmt: skip
+    burnin = run_kiln("burnin", str(inventory), "--suite", "quick", "--seconds", "5", "--json",
+                      env=env, timeout=1200)  # fmt: skip
     assert burnin.returncode == 0, burnin.stderr[-6000:]
     assert json.loads(burnin.stdout)["passed"] is True
 
-    log = subprocess.run(["docker", "logs", f"{INSTANCE}-mirror"], capture_output=True,
-                         text=True, timeout=60, check=True).stdout  # fmt: skip
+    log = run_docker("logs", f"{INSTANCE}-mirror").stdout
     asked = [line.split()[3:5] for line in log.splitlines() if line.count(" ") == 4]
     held = set(json.loads((CACHE / "bundle.json").read_text())["files"])
     assert asked, "the nodes fetched nothing from the mirror"

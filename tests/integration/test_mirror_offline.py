@@ -29,20 +29,10 @@ import pytest
 from kiln.sandbox.image import base_tag
 from kiln.sandbox.releases import chosen
 
-from .conftest import REPO, VENV_BIN
+from .conftest import REPO, VENV_BIN, run_docker, run_kiln
 
 pytestmark = pytest.mark.integration
 ROLE = "base"
-
-
-def _docker(*args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout,
-                          check=check)  # fmt: skip
-
-
-def _kiln(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([str(VENV_BIN / "kiln"), *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +44,7 @@ def bundle(sandbox, tmp_path_factory):
     except OSError as exc:
         pytest.skip(f"Debian's archive is not reachable from here ({exc}): nothing to fetch")
     work = tmp_path_factory.mktemp("kiln-mirror")
-    planned = _kiln("mirror", "plan", str(sandbox.inventory), "--json")
+    planned = run_kiln("mirror", "plan", str(sandbox.inventory), "--json")
     assert planned.returncode == 0, planned.stderr
     plan = json.loads(planned.stdout)
     plan["artifacts"] = [
@@ -64,7 +54,7 @@ def bundle(sandbox, tmp_path_factory):
     packages = sorted(a["name"] for a in plan["artifacts"] if a["kind"] == "deb")
     assert {"chrony", "rsync", "ethtool"} <= set(packages)
     (work / "plan.json").write_text(json.dumps(plan))
-    fetched = _kiln("mirror", "fetch", str(work / "plan.json"), "--to", str(work / "bundle"))
+    fetched = run_kiln("mirror", "fetch", str(work / "plan.json"), "--to", str(work / "bundle"))
     assert fetched.returncode == 0, fetched.stderr[-3000:]
     return work / "bundle", packages
 
@@ -104,9 +94,9 @@ def _recap(result: subprocess.CompletedProcess) -> str:
 
 def _mirror(name: str, network: str, root: Path, image: str) -> None:
     serve = ["python3", "-m", "kiln.artifacts.serve", "/srv/bundle", "--port", "8080"]
-    _docker("run", "-d", "--rm", "--name", name, "--network", network,
-            "-v", f"{root}:/srv/bundle:ro", "-v", f"{REPO / 'cli'}:/kiln:ro",
-            "-e", "PYTHONPATH=/kiln", image, *serve)  # fmt: skip
+    run_docker("run", "-d", "--rm", "--name", name, "--network", network,
+               "-v", f"{root}:/srv/bundle:ro", "-v", f"{REPO / 'cli'}:/kiln:ro",
+               "-e", "PYTHONPATH=/kiln", image, *serve)  # fmt: skip
 
 
 def _without(root: Path, package: str, into: Path) -> str:
@@ -130,31 +120,32 @@ def test_a_node_with_no_route_out_installs_from_the_mirror_and_a_missing_one_fai
     whole, lacking = f"kiln-mirror-{tag}", f"kiln-mirror-lacking-{tag}"
     first_packages = [p for p in packages if p != "ethtool"]  # ethtool: for the second mirror
     removed = _without(root, "ethtool", tmp_path / "lacking")
-    _docker("network", "create", "--internal", network)
+    run_docker("network", "create", "--internal", network)
     try:
         _mirror(whole, network, root, image)
         _mirror(lacking, network, tmp_path / "lacking", image)
-        _docker("run", "-d", "--rm", "--name", node, "--network", network, image,
-                "sleep", "infinity")  # fmt: skip
+        run_docker("run", "-d", "--rm", "--name", node, "--network", network, image,
+                   "sleep", "infinity")  # fmt: skip
         probe = "import urllib.request as u; u.urlopen('http://deb.debian.org/', timeout=5)"
-        egress = _docker("exec", node, "python3", "-c", probe, check=False)
+        egress = run_docker("exec", node, "python3", "-c", probe, check=False)
         assert egress.returncode != 0, "the node reached Debian's archive: it has a route out"
         from_whole = {"kiln_mirror": {"url": f"http://{whole}:8080"}}
         install = _play(node, ["archive", "packages-Debian"],
                         {**from_whole, "base_packages": first_packages}, tmp_path)  # fmt: skip
         again = _play(node, ["archive"], from_whole, tmp_path)
-        query = _docker("exec", node, "dpkg-query", "-W", "-f=${Package} ${db:Status-Abbrev}\\n",
-                        *first_packages, check=False)  # fmt: skip
-        aside = _docker("exec", node, "ls", "/etc/apt", check=False).stdout.split()
+        query = run_docker("exec", node, "dpkg-query", "-W",
+                           "-f=${Package} ${db:Status-Abbrev}\\n", *first_packages,
+                           check=False)  # fmt: skip
+        aside = run_docker("exec", node, "ls", "/etc/apt", check=False).stdout.split()
         start = time.monotonic()
         missing = _play(node, ["archive", "packages-Debian"],
                         {"kiln_mirror": {"url": f"http://{lacking}:8080"},
                          "base_packages": packages}, tmp_path)  # fmt: skip
         seconds = time.monotonic() - start
-        log = _docker("logs", whole, check=False).stdout
+        log = run_docker("logs", whole, check=False).stdout
     finally:
-        _docker("rm", "-f", whole, lacking, node, check=False)
-        _docker("network", "rm", network, check=False)
+        run_docker("rm", "-f", whole, lacking, node, check=False)
+        run_docker("network", "rm", network, check=False)
 
     assert install.returncode == 0, install.stdout[-4000:]
     assert "changed=0" in _recap(again), again.stdout[-2000:]  # the archive tasks converge
