@@ -11,7 +11,9 @@ archive and the roles' repositories) is read: its InRelease checked with gpgv ag
 keyring (the distribution's, or the key the plan fetches for that role), its Packages index
 checked against the InRelease's SHA256; the plan's deb packages are resolved there with their
 dependencies (kiln.artifacts.apt) and fetched with the index's sha256. Files are checked
-against the plan's sha256 where it has one.
+against the plan's sha256 where it has one. Python wheels are resolved by pip for each
+release's interpreter and fetched with their index's sha256, and the bundle gets the simple
+index pages the nodes' pip reads (kiln.artifacts.wheels).
 
 Every download goes to a `.part` file and is renamed into place only once its checksum held,
 so the bundle holds only whole, checked files whatever stops the run; `bundle.json` lists
@@ -37,17 +39,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kiln.artifacts import wheels
 from kiln.artifacts.apt import AptIndexError, IndexFile, PackageIndex, read_release, resolve
-from kiln.mirror.layout import MirrorError, mirror_path
+from kiln.mirror.layout import MANIFEST, MirrorError, mirror_path
 
-MANIFEST = "bundle.json"
 TIMEOUT = 60.0
 CHUNK = 1 << 20
 DEB_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 # What the bundle does not fetch yet, by kind, and why (said for each such artifact).
 NOT_YET = {
     "rpm": "kiln mirror fetch reads apt repositories only (dnf repositories: not yet)",
-    "wheel": "kiln mirror fetch does not resolve Python wheels yet (pip download them)",
 }
 
 
@@ -61,6 +62,7 @@ class Download:
     sha256: str  # "" when the source publishes none (checked by what uses it: a key by gpgv)
     size: int = 0
     what: str = ""  # the artifact it is for, as the operator reads it
+    path: str = ""  # its place in the bundle when not its URL's (a wheel: the decoded name)
 
 
 @dataclass
@@ -95,6 +97,8 @@ class Bundle:
     files: dict[str, dict] = field(default_factory=dict)  # path -> {url, sha256, size}
     # platform -> package -> the exact version resolved: what the plan's unpinned lines became
     packages: dict[str, dict[str, str]] = field(default_factory=dict)
+    wheel_versions: dict[str, dict[str, str]] = field(default_factory=dict)  # the same, wheels
+    indexes: dict[str, set[wheels.Wheel]] = field(default_factory=dict)  # pip index -> wheels
 
     def path_of(self, url: str) -> Path:
         return self.root / mirror_path(url)
@@ -102,7 +106,7 @@ class Bundle:
     def get(self, item: Download, on_bytes: Callable[[int, int], None] | None = None) -> bool:
         """The file in place and checked; True when it was downloaded now, False when a whole
         copy was already there. FetchError naming the file and its source if not."""
-        target = self.path_of(item.url)
+        target = self.root / item.path if item.path else self.path_of(item.url)
         relative = str(target.relative_to(self.root))
         have = sha256_of(target) if target.is_file() else None  # read once, kept or not
         if have is not None and (not item.sha256 or have == item.sha256):
@@ -141,6 +145,7 @@ class Bundle:
             "platforms": plan.get("platforms", []),
             "complete": complete, "failed": failed,
             "packages": {k: dict(sorted(v.items())) for k, v in sorted(self.packages.items())},
+            "wheels": {k: dict(sorted(v.items())) for k, v in sorted(self.wheel_versions.items())},
             "files": dict(sorted(self.files.items())),
         }  # fmt: skip
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".bundle-", suffix=".json")
@@ -278,7 +283,32 @@ def plan_downloads(bundle: Bundle, plan: dict, failed: list[str]) -> list[Downlo
                 and not a.get("unresolved")]  # fmt: skip
         if debs:
             downloads += _packages(bundle, artifacts, platform, debs, failed)
+    for (platform, index), wanted in wheels.requirements(artifacts).items():
+        try:
+            found = wheels.resolve_for(platform, index, wanted)
+        except wheels.WheelError as exc:
+            failed.append(f"wheel {' '.join(wanted)} ({platform}, {index}): {exc}")
+            continue
+        bundle.wheel_versions.setdefault(platform, {}).update({w.project: w.version for w in found})
+        bundle.indexes.setdefault(index, set()).update(found)
+        downloads += [Download(w.url, w.sha256, what=f"wheel {w.project} {w.version}",
+                               path=wheels.bundle_path(w.url)) for w in found]  # fmt: skip
     return downloads
+
+
+def write_index_pages(bundle: Bundle) -> None:
+    """Each pip index's pages, listing the wheels the bundle holds whole (a page is rewritten
+    on every run: it lists what this run left in place)."""
+    for index, found in sorted(bundle.indexes.items()):
+        whole = [w for w in found if wheels.bundle_path(w.url) in bundle.files]
+        for path, page in wheels.index_pages(index, whole).items():
+            data = page.encode("utf-8")
+            target = bundle.root / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            url = f"{index.rstrip('/')}/{Path(path).parent.name}/"
+            digest = hashlib.sha256(data).hexdigest()
+            bundle.files[path] = {"url": url, "sha256": digest, "size": len(data)}
 
 
 KEY_SUFFIXES = (".pub", ".asc", ".gpg", ".key")
@@ -350,11 +380,12 @@ def fetch_bundle(plan: dict, root: Path, progress: Progress | None = None,
             except (FetchError, MirrorError) as exc:
                 outcome.failed.append(str(exc))
                 continue
-            relative = str(bundle.path_of(item.url).relative_to(root))
+            relative = item.path or str(bundle.path_of(item.url).relative_to(root))
             (outcome.fetched if now else outcome.kept).append(relative)
             outcome.bytes += bundle.files[relative]["size"] if now else 0
             if progress:
                 progress(number, len(unique), item.size, item.size, item.what)
+        write_index_pages(bundle)
         finished = True
     finally:  # whatever stopped it, the manifest lists exactly the whole files
         bundle.write_manifest(plan, outcome.failed, complete=finished and not outcome.failed)

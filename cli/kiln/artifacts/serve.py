@@ -4,7 +4,8 @@
     server.serve_forever()
 
 The bundle's folder is already the upstream layout under one root (kiln.artifacts.fetch), so
-serving is static: GET and HEAD of the files bundle.json lists, and nothing else (a `.part`
+serving is static: GET and HEAD of the files bundle.json lists (a folder's index.html for the
+folder: a pip index's project page), and nothing else (a `.part`
 left by an interrupted fetch, a file copied in by hand, a path outside the folder: 404). Each
 request is one access-log line, `time client method path status`: what the nodes asked
 for, to hold against `kiln mirror plan`. A site with its own mirror (an apt mirror, Nexus,
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import TextIO
 from urllib.parse import unquote, urlsplit
 
-from kiln.artifacts.fetch import MANIFEST
+from kiln.mirror.layout import MANIFEST
 
 
 class BundleError(ValueError):
@@ -50,6 +51,8 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
     def send_head(self):  # the one place GET and HEAD decide what to send
         path = unquote(urlsplit(self.path).path).lstrip("/")
+        if path.endswith("/") or not path:  # a pip index's project page: its index.html
+            path += "index.html"
         if path not in self.server.files:
             self.send_error(404, "not in this bundle")
             return None

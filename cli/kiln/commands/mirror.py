@@ -111,10 +111,11 @@ def fetch(
     the sources. Each file lands at its source's host and path (what a mirror serving the
     folder as it is needs); apt repositories' signed indexes are checked with gpgv (the
     distribution's keyring, or the key the plan fetches for that role) and the plan's packages
-    resolved there with their dependencies; every file is checked against the sha256 its source
-    publishes. Run again, it fetches only what is missing; a failed download names the
-    artifact and its source, and the bundle keeps only whole, checked files (bundle.json lists
-    them). PLAN is what `kiln mirror plan INVENTORY --json` prints.
+    resolved there with their dependencies; Python wheels are resolved by pip for each OS
+    release's interpreter, and the bundle gets their index pages; every file is checked against
+    the sha256 its source publishes. Run again, it fetches only what is missing; a failed
+    download names the artifact and its source, and the bundle keeps only whole, checked files
+    (bundle.json lists them). PLAN is what `kiln mirror plan INVENTORY --json` prints.
 
     Exit 0 when everything was fetched; 1 when something could not be (each named, the rest
     fetched); 2 on a PLAN that is not a plan; 3 when --to cannot be written.

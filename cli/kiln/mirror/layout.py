@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+# A bundle's manifest, at its root: the files it holds whole (kiln mirror fetch writes it, kiln
+# mirror serve serves only what it lists).
+MANIFEST = "bundle.json"
+
 
 class MirrorError(ValueError):
     """A source kiln cannot place in a mirror (not an http(s) URL)."""

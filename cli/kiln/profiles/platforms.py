@@ -68,6 +68,8 @@ class Platform(Model):
     name: str
     distributions: list[str]
     version: str
+    python: str  # the release's /usr/bin/python3, major.minor (the burn-in venv's wheels)
+    glibc: str  # its C library (the manylinux tag those wheels need)
     family: Literal["apt", "dnf"]
     repo: str
     arches: list[Arch]
