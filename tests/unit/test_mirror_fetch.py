@@ -19,9 +19,11 @@ import pytest
 
 from kiln.app import main
 from kiln.artifacts.apt import PackageIndex, resolve
+from kiln.artifacts.bundle import FetchError
 from kiln.artifacts.debversion import compare
-from kiln.artifacts.fetch import MANIFEST, FetchError, fetch_bundle, verify_signature
-from kiln.mirror.layout import mirror_path
+from kiln.artifacts.fetch import fetch_bundle
+from kiln.artifacts.signatures import verify_signature
+from kiln.mirror.layout import MANIFEST, mirror_path
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = ROOT / "tests" / "fixtures" / "real" / "debian-archive"

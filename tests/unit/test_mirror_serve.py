@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from kiln.app import main
-from kiln.artifacts.fetch import MANIFEST
 from kiln.artifacts.serve import BundleError, mirror_server
+from kiln.mirror.layout import MANIFEST
 
 ROOT = Path(__file__).resolve().parents[2]
 

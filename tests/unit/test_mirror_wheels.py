@@ -24,9 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from kiln.artifacts.fetch import MANIFEST, fetch_bundle
+from kiln.artifacts.fetch import fetch_bundle
 from kiln.artifacts.serve import mirror_server
 from kiln.artifacts.wheels import index_pages, normalized, pip_target, platform_tags
+from kiln.mirror.layout import MANIFEST
 
 NATIVE = {  # file name -> the tag it carries
     "kilnprobe_native-1.2-cp39-cp39-manylinux_2_17_x86_64.whl": "cp39-cp39-manylinux_2_17_x86_64",

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn
 
-from kiln.artifacts.fetch import MANIFEST, fetch_bundle
+from kiln.artifacts.fetch import fetch_bundle
 from kiln.artifacts.plan import mirror_plan
 from kiln.artifacts.serve import BundleError, mirror_server
 from kiln.commands._output import output_dir
@@ -20,6 +20,7 @@ from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
 from kiln.console import err, print_json, safe
 from kiln.errors import EnvironmentProblem, InvalidInputError
 from kiln.inventory import require_valid
+from kiln.mirror.layout import MANIFEST
 
 app = typer.Typer(no_args_is_help=True, help="What an air-gapped site must mirror.")
 
