@@ -32,6 +32,10 @@ class FetchError(Exception):
     """One thing that could not be fetched; its text names what and where from."""
 
 
+class NotPublished(FetchError):
+    """The source answered that it has no such file (HTTP 404)."""
+
+
 @dataclass(frozen=True)
 class Download:
     url: str
@@ -39,6 +43,8 @@ class Download:
     size: int = 0
     what: str = ""  # the artifact it is for, as the operator reads it
     path: str = ""  # its place in the bundle when not its URL's (a wheel: the decoded name)
+    # a check of the downloaded file before it is put in place (an rpm's signature)
+    check: Callable[[Path], None] | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -47,6 +53,8 @@ class FetchOutcome:
     kept: list[str] = field(default_factory=list)  # already there and whole
     failed: list[str] = field(default_factory=list)
     bytes: int = 0
+    # platform -> what is left to the node's own repositories (Bundle.elsewhere)
+    elsewhere: dict[str, list[str]] = field(default_factory=dict)
 
 
 # (done, total, bytes of the current file done, its size, what): what a progress bar shows
@@ -74,6 +82,8 @@ class Bundle:
     # platform -> package -> the exact version resolved: what the plan's unpinned lines became
     packages: dict[str, dict[str, str]] = field(default_factory=dict)
     wheel_versions: dict[str, dict[str, str]] = field(default_factory=dict)  # the same, wheels
+    # platform -> what no repository of the plan offers: the node's own repositories' (dnf)
+    elsewhere: dict[str, list[str]] = field(default_factory=dict)
     indexes: dict[str, set[wheels.Wheel]] = field(default_factory=dict)  # pip index -> wheels
 
     def path_of(self, url: str) -> Path:
@@ -103,13 +113,20 @@ class Bundle:
         except (urllib.error.URLError, OSError, ValueError) as exc:
             part.unlink(missing_ok=True)
             why = getattr(exc, "reason", None) or exc
-            raise FetchError(f"{item.what or relative} ({item.url}): {why}") from None
+            error = NotPublished if getattr(exc, "code", None) == 404 else FetchError
+            raise error(f"{item.what or relative} ({item.url}): {why}") from None
         if item.sha256 and digest.hexdigest() != item.sha256:
             part.unlink(missing_ok=True)
             raise FetchError(
                 f"{item.what or relative} ({item.url}): sha256 {digest.hexdigest()} is not "
                 f"the {item.sha256} its source publishes"
             )
+        try:
+            if item.check:
+                item.check(part)
+        except FetchError as exc:
+            part.unlink(missing_ok=True)
+            raise FetchError(f"{item.what or relative} ({item.url}): {exc}") from None
         part.replace(target)
         self.files[relative] = {"url": item.url, "sha256": digest.hexdigest(), "size": done}
         return True
@@ -122,6 +139,7 @@ class Bundle:
             "complete": complete, "failed": failed,
             "packages": {k: dict(sorted(v.items())) for k, v in sorted(self.packages.items())},
             "wheels": {k: dict(sorted(v.items())) for k, v in sorted(self.wheel_versions.items())},
+            "from_node_repositories": dict(sorted(self.elsewhere.items())),
             "files": dict(sorted(self.files.items())),
         }  # fmt: skip
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".bundle-", suffix=".json")

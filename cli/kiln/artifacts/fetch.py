@@ -10,7 +10,11 @@ already trust. For each OS release in the plan, every apt repository (the distri
 archive and the roles' repositories) is read: its InRelease checked with gpgv against its
 keyring (the distribution's, or the key the plan fetches for that role), its Packages index
 checked against the InRelease's SHA256; the plan's deb packages are resolved there with their
-dependencies (kiln.artifacts.apt) and fetched with the index's sha256. Files are checked
+dependencies (kiln.artifacts.apt) and fetched with the index's sha256. Every dnf repository
+is read the same way (kiln.artifacts.dnfrepo: repomd.xml, its signature where published, the
+index files it lists), the plan's rpms resolved there with their requirements and each package's
+signature checked with its role's key; what no repository of the plan offers is left to the
+node's own repositories (bundle.json: from_node_repositories). Files are checked
 against the plan's sha256 where it has one. Python wheels are resolved by pip for each
 release's interpreter and fetched with their index's sha256, and the bundle gets the simple
 index pages the nodes' pip reads (kiln.artifacts.wheels).
@@ -20,7 +24,7 @@ so the bundle holds only whole, checked files whatever stops the run; `bundle.js
 them, and the exact version each platform's packages resolved to (the plan's unpinned lines
 made exact: what the nodes will install). Run again, it fetches only what is missing. What
 cannot be fetched (an unreachable source, a checksum that does not hold, a package no
-repository offers, a kind kiln does not fetch yet) is named with its source, and the rest is
+repository offers, a kind kiln does not fetch) is named with its source, and the rest is
 still fetched.
 """
 
@@ -40,12 +44,12 @@ from kiln.artifacts.bundle import (
     Progress,
     open_url,
 )
+from kiln.artifacts.dnfrepo import dnf_packages
 from kiln.mirror.layout import MirrorError
 
-# What the bundle does not fetch yet, by kind, and why (said for each such artifact).
-NOT_YET = {
-    "rpm": "kiln mirror fetch reads apt repositories only (dnf repositories: not yet)",
-}
+# The kinds whose lines are resolved together per platform (repositories read, then closure).
+PACKAGES = {"deb": apt_packages, "rpm": dnf_packages}
+KNOWN = {"file", "key", "repository", "wheel", *PACKAGES}
 
 
 def plan_downloads(bundle: Bundle, plan: dict, failed: list[str]) -> list[Download]:
@@ -61,14 +65,15 @@ def plan_downloads(bundle: Bundle, plan: dict, failed: list[str]) -> list[Downlo
             checksum = a.get("checksum", "")
             sha = checksum.split(":", 1)[1] if checksum.startswith("sha256:") else ""
             downloads.append(Download(a["source"], sha, what=f"{a['kind']} {a['name']}"))
-        elif a["kind"] in NOT_YET:
-            failed.append(f"{a['kind']} {a['name']} {a.get('version') or ''} "
-                          f"({a['platform']}): {NOT_YET[a['kind']]}")  # fmt: skip
+        elif a["kind"] not in KNOWN:
+            failed.append(f"{a['kind']} {a['name']} ({a['platform']}): kiln mirror fetch does "
+                          f"not fetch a {a['kind']}")  # fmt: skip
     for platform in sorted({a["platform"] for a in artifacts}):
-        debs = [a for a in artifacts if a["platform"] == platform and a["kind"] == "deb"
-                and not a.get("unresolved")]  # fmt: skip
-        if debs:
-            downloads += apt_packages(bundle, artifacts, platform, debs, failed)
+        for kind, resolve_packages in PACKAGES.items():
+            wanted = [a for a in artifacts if a["platform"] == platform and a["kind"] == kind
+                      and not a.get("unresolved")]  # fmt: skip
+            if wanted:
+                downloads += resolve_packages(bundle, artifacts, platform, wanted, failed)
     for (platform, index), wanted in wheels.requirements(artifacts).items():
         try:
             found = wheels.resolve_for(platform, index, wanted)
@@ -127,4 +132,5 @@ def fetch_bundle(plan: dict, root: Path, progress: Progress | None = None,
         finished = True
     finally:  # whatever stopped it, the manifest lists exactly the whole files
         bundle.write_manifest(plan, outcome.failed, complete=finished and not outcome.failed)
+        outcome.elsewhere = {k: v for k, v in bundle.elsewhere.items() if v}
     return outcome

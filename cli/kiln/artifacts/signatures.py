@@ -15,9 +15,10 @@ from pathlib import Path
 from kiln.artifacts.bundle import Download, FetchError
 
 
-def verify_signature(inrelease: Path, keyrings: list[Path]) -> None:
-    """gpgv over an InRelease with these keyrings (armored keys too); FetchError when it does
-    not verify or there is nothing to verify it with."""
+def verify_signature(inrelease: Path, keyrings: list[Path], signature: Path | None = None) -> None:
+    """gpgv over an InRelease (or a file and its detached `signature`: repomd.xml and its .asc)
+    with these keyrings (armored keys too); FetchError when it does not verify or there is
+    nothing to verify it with."""
     missing = [str(k) for k in keyrings if not k.is_file()]
     if missing or not keyrings:
         raise FetchError(
@@ -32,7 +33,8 @@ def verify_signature(inrelease: Path, keyrings: list[Path]) -> None:
                 _run(["gpg", "--batch", "--yes", "--dearmor", "-o", str(binary), str(keyring)], tmp)
                 keyring = binary
             argv += ["--keyring", str(keyring)]
-        result = _run([*argv, str(inrelease)], tmp, check=False)
+        signed = [str(signature), str(inrelease)] if signature else [str(inrelease)]
+        result = _run([*argv, *signed], tmp, check=False)
     if result.returncode != 0:
         lines = (result.stderr or result.stdout).strip().splitlines()
         raise FetchError(
@@ -67,3 +69,18 @@ def role_keys(artifacts: list[dict], platform: str) -> dict[str, list[Download]]
                 Download(a["source"], "", what=f"key {a['name']}")
             )
     return keys
+
+
+def verify_rpm(package: Path, keys: list[Path]) -> None:
+    """rpm's own check of a package's signature against these keys (what dnf does on the node
+    with gpgcheck=1), in a throwaway rpm database; FetchError unless it is signed and verifies.
+    Needs rpmkeys (Debian's rpm package) on the fetching machine."""
+    if not keys:
+        raise FetchError(f"{package.name}: no key to check its signature with")
+    with tempfile.TemporaryDirectory(prefix="kiln-rpmdb-") as db:
+        for key in keys:
+            _run(["rpmkeys", "--dbpath", db, "--import", str(key)], db)
+        result = _run(["rpmkeys", "--dbpath", db, "--checksig", str(package)], db, check=False)
+    said = (result.stdout or result.stderr).strip()
+    if result.returncode != 0 or "signatures OK" not in said:
+        raise FetchError(f"{package.name}: not signed by the repository's key ({said})")

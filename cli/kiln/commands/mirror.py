@@ -134,6 +134,12 @@ def fetch(
         f"{len(outcome.fetched)} fetched ({outcome.bytes / 1e6:.1f} MB), {len(outcome.kept)} "
         f"already whole in {safe(str(root))}; {MANIFEST} lists them"
     )
+    for platform, names in sorted(outcome.elsewhere.items()):
+        err.print(
+            f"{safe(platform)}: {len(names)} package(s) and requirement(s) no repository of "
+            f"the plan offers, left to the nodes' own repositories: {safe(', '.join(names[:8]))}"
+            + (" ..." if len(names) > 8 else "")
+        )
     for failure in outcome.failed:
         err.print(f"[bold red]not fetched[/]: {safe(failure)}")
     return 1 if outcome.failed else 0
