@@ -13,8 +13,9 @@ export PYTHONUNBUFFERED := 1
 MOLECULE_SCENARIOS := $(notdir $(wildcard molecule/*))
 # Debian packages the tests use beyond Docker: sshd for the SSH fan-out tests, chromium to
 # render the HTML burn-in report.
-# rpm and createrepo-c: kiln mirror fetch's dnf side is tested against a real signed repository
-SYSTEM_PACKAGES := openssh-server openssh-client chromium rpm createrepo-c
+# rpm, createrepo-c, dnf: kiln mirror fetch's dnf side is tested against a real signed
+# repository, and dnf itself reads the bundle kiln serves
+SYSTEM_PACKAGES := openssh-server openssh-client chromium rpm createrepo-c dnf dnf-plugins-core
 
 .PHONY: help deps deps-runtime system-deps lint test test-unit test-local test-integration test-molecule test-airgapped docker \
 	test-debian12 test-molecule-debian12 \

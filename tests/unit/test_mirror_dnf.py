@@ -10,6 +10,7 @@ against rpm's own (rpm.vercmp) on thousands of pairs.
 from __future__ import annotations
 
 import http.server
+import io
 import json
 import os
 import random
@@ -24,6 +25,7 @@ import pytest
 from kiln.app import main
 from kiln.artifacts.fetch import fetch_bundle
 from kiln.artifacts.rpm import RpmIndex, resolve, vercmp
+from kiln.artifacts.serve import mirror_server
 from kiln.mirror.layout import MANIFEST
 
 # `local`: real rpm tools on this machine, which make system-deps installs before test-local
@@ -243,3 +245,38 @@ def test_versions_order_as_rpm_orders_them():
 def test_an_empty_index_leaves_everything_to_the_node():
     found = resolve(RpmIndex(), [("slurm", "24.05.8*")], "x86_64")
     assert (found.packages, found.missing, found.elsewhere) == ([], [], ["slurm"])
+
+
+@pytest.mark.skipif(shutil.which("dnf") is None, reason="dnf is not installed (make system-deps)")
+def test_dnf_reads_the_served_bundle_with_its_checks_on(upstream, tmp_path):
+    """The upstream repository is gone; dnf itself, with repo_gpgcheck and gpgcheck on and the
+    repository's key, reads kiln's mirror of the bundle and downloads the packages from it."""
+    url, www = upstream
+    fetch_bundle(plan_of(url, ("kilnprobe-tool", "")), tmp_path / "b")
+    shutil.rmtree(www / "repo")
+    log = io.StringIO()
+    server = mirror_server(tmp_path / "b", "127.0.0.1", 0, log)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    mirror = f"http://127.0.0.1:{server.server_address[1]}/127.0.0.1/repo/"
+    key = tmp_path / "b" / "127.0.0.1" / "RPM-GPG-KEY-kiln"
+    try:
+        done = subprocess.run(
+            ["dnf", "-y", "-q", "--disableplugin=local", "--releasever", "9",
+             "--installroot", str(tmp_path / "root"), "--setopt=reposdir=/dev/null",
+             f"--setopt=cachedir={tmp_path / 'cache'}",
+             f"--repofrompath=kiln,{mirror}", "--setopt=kiln.gpgcheck=1",
+             "--setopt=kiln.repo_gpgcheck=1", f"--setopt=kiln.gpgkey=file://{key}",
+             "download", "--destdir", str(tmp_path / "got"), "kilnprobe-tool", "kilnprobe-lib"],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "got").iterdir()) == [
+        "kilnprobe-lib-1.2-1.noarch.rpm", "kilnprobe-tool-2.0-1.noarch.rpm"
+    ]  # fmt: skip
+    asked = [line.split() for line in log.getvalue().splitlines()]
+    assert {status for *_, status in asked} == {"200"}, log.getvalue()  # all from the bundle
+    assert {Path(path).name for _, _, _, path, _ in asked} >= {
+        "repomd.xml", "repomd.xml.asc", "kilnprobe-tool-2.0-1.noarch.rpm"
+    }  # fmt: skip
