@@ -332,3 +332,29 @@ def test_a_versioned_relation_is_met_by_a_provides_of_that_version_only():
     )  # fmt: skip
     # an unversioned Provides never meets a versioned relation (dpkg's rule)
     assert resolve(index, [("old", "")]).missing == ["mta (>= 2): needed by old, in no repository"]
+
+
+def test_recommends_come_along_only_where_a_task_installs_them():
+    """A task with install_recommends: false brings its packages' Depends, not their
+    Recommends; a package another task brings in with Recommends has them followed."""
+    index = PackageIndex()
+    index.add(
+        "Package: exporter\nVersion: 1-1\nArchitecture: amd64\nFilename: pool/x.deb\n"
+        "SHA256: 00\nDepends: libc\nRecommends: extras\n\n"
+        "Package: libc\nVersion: 2-1\nArchitecture: amd64\nFilename: pool/l.deb\nSHA256: 01\n"
+        "Recommends: locales\n\n"
+        "Package: extras\nVersion: 1-1\nArchitecture: amd64\nFilename: pool/e.deb\nSHA256: 02\n\n"
+        "Package: locales\nVersion: 1-1\nArchitecture: amd64\nFilename: pool/o.deb\n"
+        "SHA256: 03\n\n"
+        "Package: tool\nVersion: 1-1\nArchitecture: amd64\nFilename: pool/t.deb\nSHA256: 04\n"
+        "Depends: exporter\n",
+        "https://deb.debian.org/debian",
+    )
+    alone = resolve(index, [("exporter", "", False)])
+    assert sorted(p.name for p in alone.packages) == ["exporter", "libc"]
+    both = resolve(index, [("exporter", "", False), ("tool", "", True)])
+    assert sorted(p.name for p in both.packages) == ["exporter", "extras", "libc", "locales",
+                                                     "tool"]  # fmt: skip
+    assert sorted(p.name for p in resolve(index, [("exporter", "")]).packages) == [
+        "exporter", "extras", "libc", "locales"
+    ]  # fmt: skip

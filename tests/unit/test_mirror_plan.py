@@ -188,3 +188,14 @@ def test_the_base_role_s_archive_sources_are_the_release_s_archive_under_the_mir
     assert archive_sources("rhel-9", "x86_64", mirror) == []  # dnf: the node's repositories
     assert archive_sources("debian-12", "x86_64", None) == []  # no mirror: the node's sources
     assert archive_sources("debian-12", "x86_64", {"offline": False}) == []
+
+
+def test_a_task_that_installs_no_recommends_says_so(tmp_path):
+    """The monitoring stage's apt tasks set install_recommends: false: their lines carry it,
+    so kiln mirror fetch leaves those packages' Recommends out as apt does."""
+    plan = mirror_plan(require_valid(copy_example(tmp_path, kiln_monitoring={"enabled": True})))
+    exporter = [a for a in plan.artifacts if a.name == "prometheus-node-exporter"]
+    assert exporter and all(not a.recommends for a in exporter)
+    assert all(a.recommends for a in plan.artifacts if a.role == "base")
+    line = next(row for row in plan.lines() if row.startswith("deb\tprometheus-node-exporter"))
+    assert line.endswith("\twithout recommends")

@@ -152,27 +152,39 @@ class Resolution:
     missing: list[str] = field(default_factory=list)  # "what: why", for the operator
 
 
-def resolve(index: PackageIndex, wanted: Iterable[tuple[str, str]]) -> Resolution:
-    """The packages `wanted` ((name, version or glob or "")) and everything they depend on."""
+def resolve(
+    index: PackageIndex, wanted: Iterable[tuple[str, str] | tuple[str, str, bool]]
+) -> Resolution:
+    """The packages `wanted` ((name, version or glob or "", and whether its Recommends come
+    along: True unless said) and everything they depend on. A package's Recommends are
+    followed where some task that brings it in installs Recommends (apt's default); apt
+    itself skips the Recommends of a package an earlier task installed without them, so this
+    holds a little more than such an order installs, never less."""
     out = Resolution()
     chosen: dict[str, Package] = {}
-    queue: list[Package] = []
-    for name, pattern in wanted:
+    followed: dict[str, bool] = {}  # name -> whether its Recommends were followed
+    queue: list[tuple[Package, bool]] = []
+    for name, pattern, *flags in wanted:
         package = index.newest(name, pattern)
         if package is None:
             offered = sorted((p.version for p in index.by_name.get(name, ())), key=sort_key)
             why = f"offered: {', '.join(offered)}" if offered else "in no repository of the plan"
             out.missing.append(f"{name} {pattern or '(any version)'}: {why}")
             continue
-        queue.append(package)
+        queue.append((package, flags[0] if flags else True))
     while queue:
-        package = queue.pop()
-        if package.name in chosen:
+        package, recommends = queue.pop()
+        if package.name in followed and (followed[package.name] or not recommends):
             continue
-        chosen[package.name] = package
-        groups = [(g, True) for g in package.depends] + [(g, False) for g in package.recommends]
+        package = chosen.setdefault(package.name, package)
+        followed[package.name] = recommends
+        groups = [(g, True) for g in package.depends]
+        groups += [(g, False) for g in package.recommends] if recommends else []
         for group, needed in groups:
-            if any(_present(chosen, r) for r in group):
+            present = next((p for r in group if (p := _chosen_for(chosen, r)) is not None), None)
+            if present is not None:  # walked again only to follow its Recommends now
+                if recommends and not followed.get(present.name, False):
+                    queue.append((present, True))
                 continue
             found = next((p for r in group if (p := index.satisfying(*r)) is not None), None)
             if found is None and not needed:  # a Recommends apt cannot find: it goes on
@@ -181,17 +193,18 @@ def resolve(index: PackageIndex, wanted: Iterable[tuple[str, str]]) -> Resolutio
                 wants = " | ".join(f"{n} ({op} {v})" if op else n for n, op, v in group)
                 out.missing.append(f"{wants}: needed by {package.name}, in no repository")
             else:
-                queue.append(found)
+                queue.append((found, recommends))
     out.packages = sorted(chosen.values(), key=lambda p: (p.name, sort_key(p.version)))
     return out
 
 
-def _present(chosen: dict[str, Package], relation: tuple[str, str, str]) -> bool:
+def _chosen_for(chosen: dict[str, Package], relation: tuple[str, str, str]) -> Package | None:
+    """The package already chosen that meets `relation` (by name or a Provides), if any."""
     name, op, version = relation
     have = chosen.get(name)
     if have is not None and _meets(have.version, op, version):
-        return True
-    return any(_provides(p, name, op, version) for p in chosen.values())
+        return have
+    return next((p for p in chosen.values() if _provides(p, name, op, version)), None)
 
 
 def _provides(package: Package, name: str, op: str, version: str) -> bool:

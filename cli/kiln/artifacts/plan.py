@@ -52,6 +52,7 @@ class Artifact:
     where: str = ""  # the task's playbooks-relative file:line
     when: str = ""  # conditions only the node decides ("" always)
     unresolved: str = ""  # what only the node can say, when it decides the artifact
+    recommends: bool = True  # a deb's Recommends come along (the apt task's install_recommends)
 
 
 @dataclass
@@ -76,12 +77,13 @@ class MirrorPlan:
         """One line per artifact, tab-separated: kind, name, version ("-": the repository's
         current one), platform, source (an apt repository's suite and components after its
         URL), checksum ("-": none checked; a repository: the keyring its signed index is
-        checked with), then `when: ...` and
-        `unresolved: ...` where they apply, and the task (file:line)."""
+        checked with), the task (file:line), then `when: ...`, `unresolved: ...` and
+        `without recommends` (an apt task that installs none) where they apply."""
         rows = []
         for a in self.artifacts:
             notes = [f"when: {a.when}"] if a.when else []
             notes += [f"unresolved: {a.unresolved}"] if a.unresolved else []
+            notes += [] if a.recommends else ["without recommends"]
             source = f"{a.source} {a.suite}" if a.suite else a.source or "-"
             cells = (a.kind, a.name, a.version or "-", a.platform, source, a.checksum or "-",
                      a.where, *notes)  # fmt: skip
@@ -204,6 +206,9 @@ def _package(spec: str, family: str) -> tuple[str, str]:
     return (match["name"], match["version"]) if match else (spec, "")
 
 
+_NO = {"false", "no", "0", "off"}
+
+
 def artifacts_of(fetch: Fetch, platform: str, family: str) -> list[Artifact]:
     """The artifacts one fetching task names."""
     args = fetch.args
@@ -221,10 +226,14 @@ def artifacts_of(fetch: Fetch, platform: str, family: str) -> list[Artifact]:
             return [Artifact("package", "?", "", **common)]
         kind = "deb" if family == "apt" else "rpm"
         source = f"{family} repositories of {platform}"
+        # apt installs Recommends unless the task says not to (Debian's default)
+        without = kind == "deb" and str(args.get("install_recommends")).lower() in _NO
         out = []
         for spec in _names(args.get("name")):
             name, version = _package(spec, family)
-            extra = {"unresolved": f"needs {KERNEL}"} if KERNEL in spec else {}
+            extra: dict[str, Any] = {"recommends": False} if without else {}
+            if KERNEL in spec:
+                extra["unresolved"] = f"needs {KERNEL}"
             out.append(Artifact(kind, name, version, source=source, **{**common, **extra}))
         if args.get("deb"):
             out.append(Artifact("deb", str(args["deb"]), "", source=str(args["deb"]), **common))

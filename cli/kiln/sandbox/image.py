@@ -66,9 +66,15 @@ RUNTIME_PACKAGES = ("python3-torch",)
 HEARTBEAT_S = 10.0
 
 
-def customize_script(release: Release) -> str:
-    """Runs as root inside the base image (either path); POSIX sh and idempotent."""
+def customize_script(release: Release, *, bare: bool = False) -> str:
+    """Runs as root inside the base image (either path); POSIX sh and idempotent. `bare`: no
+    package downloaded or installed beyond the base (the air-gapped sandbox's nodes, which
+    fetch every one from the mirror)."""
     suite = release.suite
+    return _node_script(suite) + ("" if bare else _packages_script()) + "rm -rf /tmp/* /var/tmp/*\n"
+
+
+def _node_script(suite: str) -> str:
     return f"""\
 set -eu
 # The whole Debian archive (contrib/non-free too: the NVIDIA stack lives there), so roles can
@@ -113,6 +119,11 @@ mkdir -p /etc/systemd/journald.conf.d /var/log/journal
 printf '[Journal]\\nStorage=persistent\\nSystemMaxUse=64M\\nRuntimeMaxUse=16M\\n' \\
   > /etc/systemd/journald.conf.d/kiln.conf
 install -d -m 0700 /root/.ssh
+"""
+
+
+def _packages_script() -> str:
+    return f"""\
 # A fresh package index, and the packages the stages install downloaded (not installed) into
 # the image: every container shares this layer, so N nodes download them once, not N times.
 export DEBIAN_FRONTEND=noninteractive
@@ -122,7 +133,6 @@ apt-get install -y -q --no-install-recommends {" ".join(RUNTIME_PACKAGES)}
 apt-get clean
 echo "kiln: downloading {len(PREFETCH_PACKAGES)} packages the stages install"
 apt-get install -y -qq --download-only {" ".join(PREFETCH_PACKAGES)} >/dev/null
-rm -rf /tmp/* /var/tmp/*
 """
 
 
@@ -145,18 +155,20 @@ def base_recipe(release: Release) -> dict[str, object]:
     return {"suite": release.suite, "variant": "minbase", "packages": list(PACKAGES)}
 
 
-def recipe_hash(release: Release) -> str:
+def recipe_hash(release: Release, *, bare: bool = False) -> str:
     recipe = {
         "base": base_recipe(release),
-        "customize": customize_script(release),
+        "customize": customize_script(release, bare=bare),
         "changes": list(IMAGE_CHANGES),
     }
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def image_tag(release: Release | None = None) -> str:
-    """The node image of `release` (default: the chosen one, kiln.sandbox.releases.chosen)."""
-    return f"{IMAGE_REPO}:{recipe_hash(release or chosen())}"
+def image_tag(release: Release | None = None, *, bare: bool = False) -> str:
+    """The node image of `release` (default: the chosen one, kiln.sandbox.releases.chosen);
+    `bare`: the one without the stages' packages (kiln-node-bare:<recipe>)."""
+    repo = f"{IMAGE_REPO}-bare" if bare else IMAGE_REPO
+    return f"{repo}:{recipe_hash(release or chosen(), bare=bare)}"
 
 
 def os_tag(release: Release) -> str:
@@ -316,14 +328,20 @@ def _run_and_commit(
 
 
 def ensure_image(
-    progress: Progress, release: Release | None = None, *, rebuild: bool = False
+    progress: Progress,
+    release: Release | None = None,
+    *,
+    rebuild: bool = False,
+    bare: bool = False,
 ) -> ImageResult:
-    """The node image of `release` (default: the chosen one), built only when not there yet."""
+    """The node image of `release` (default: the chosen one), built only when not there yet;
+    `bare`: without the stages' packages (customize_script)."""
     release = release or chosen()
     start = time.monotonic()
-    tag = image_tag(release)
+    tag = image_tag(release, bare=bare)
     if _exists(tag) and not rebuild:
-        docker(["tag", tag, os_tag(release)])
+        if not bare:
+            docker(["tag", tag, os_tag(release)])
         return ImageResult(tag, built=False, source="cached", seconds=time.monotonic() - start)
     base = base_tag(release)
     source = "cached base image"
@@ -340,10 +358,15 @@ def ensure_image(
             )
             _base_from_debootstrap(base, progress, release)
     progress(
-        f"building the node image {tag} on {base}: prefetching packages and installing "
+        f"building the bare node image {tag} on {base} (no packages beyond the base)"
+        if bare
+        else f"building the node image {tag} on {base}: prefetching packages and installing "
         f"{', '.join(RUNTIME_PACKAGES)} (once; a few minutes, then cached)"
     )
-    changes = (*IMAGE_CHANGES, f"LABEL {LABEL}=1 {RECIPE_LABEL}={recipe_hash(release)}")
-    _run_and_commit(base, customize_script(release), tag, changes, progress, "node image")
-    docker(["tag", tag, os_tag(release)])
+    recipe = recipe_hash(release, bare=bare)
+    changes = (*IMAGE_CHANGES, f"LABEL {LABEL}=1 {RECIPE_LABEL}={recipe}")
+    script = customize_script(release, bare=bare)
+    _run_and_commit(base, script, tag, changes, progress, "node image")
+    if not bare:
+        docker(["tag", tag, os_tag(release)])
     return ImageResult(tag, built=True, source=source, seconds=time.monotonic() - start)

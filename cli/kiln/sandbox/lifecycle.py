@@ -73,7 +73,8 @@ def up(
     release = release or chosen()
     start = time.monotonic()
     require_docker()
-    img = image.ensure_image(progress, release, rebuild=rebuild)
+    # air-gapped: nodes with no package beyond the base, so every one comes from the mirror
+    img = image.ensure_image(progress, release, rebuild=rebuild, bare=bundle is not None)
     if img.built:
         progress(f"built {img.tag} from {img.source} in {img.seconds:.0f}s")
 
