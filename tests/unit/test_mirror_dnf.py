@@ -10,7 +10,6 @@ against rpm's own (rpm.vercmp) on thousands of pairs.
 from __future__ import annotations
 
 import http.server
-import io
 import json
 import os
 import random
@@ -22,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from bundle_server import serving
 from kiln.app import main
 from kiln.artifacts.fetch import fetch_bundle
 from kiln.artifacts.rpm import RpmIndex, resolve, vercmp
-from kiln.artifacts.serve import mirror_server
 from kiln.mirror.layout import MANIFEST
 
 # `local`: real rpm tools on this machine, which make system-deps installs before test-local
@@ -254,23 +253,17 @@ def test_dnf_reads_the_served_bundle_with_its_checks_on(upstream, tmp_path):
     url, www = upstream
     fetch_bundle(plan_of(url, ("kilnprobe-tool", "")), tmp_path / "b")
     shutil.rmtree(www / "repo")
-    log = io.StringIO()
-    server = mirror_server(tmp_path / "b", "127.0.0.1", 0, log)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    mirror = f"http://127.0.0.1:{server.server_address[1]}/127.0.0.1/repo/"
     key = tmp_path / "b" / "127.0.0.1" / "RPM-GPG-KEY-kiln"
-    try:
+    with serving(tmp_path / "b") as (served, log):
         done = subprocess.run(
             ["dnf", "-y", "-q", "--disableplugin=local", "--releasever", "9",
              "--installroot", str(tmp_path / "root"), "--setopt=reposdir=/dev/null",
              f"--setopt=cachedir={tmp_path / 'cache'}",
-             f"--repofrompath=kiln,{mirror}", "--setopt=kiln.gpgcheck=1",
+             f"--repofrompath=kiln,{served}/127.0.0.1/repo/", "--setopt=kiln.gpgcheck=1",
              "--setopt=kiln.repo_gpgcheck=1", f"--setopt=kiln.gpgkey=file://{key}",
              "download", "--destdir", str(tmp_path / "got"), "kilnprobe-tool", "kilnprobe-lib"],
             capture_output=True, text=True, timeout=300, check=False,
         )  # fmt: skip
-    finally:
-        server.shutdown()
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in (tmp_path / "got").iterdir()) == [
         "kilnprobe-lib-1.2-1.noarch.rpm", "kilnprobe-tool-2.0-1.noarch.rpm"

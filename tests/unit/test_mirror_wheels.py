@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from bundle_server import serving
 from kiln.artifacts.fetch import fetch_bundle
-from kiln.artifacts.serve import mirror_server
 from kiln.artifacts.wheels import index_pages, normalized, pip_target, platform_tags
 from kiln.mirror.layout import MANIFEST
 
@@ -147,10 +147,7 @@ def test_a_node_s_pip_installs_from_the_served_bundle_alone(upstream, tmp_path):
     from kiln's mirror of the bundle, every request answered there."""
     url, _ = upstream
     fetch_bundle(plan_of(f"{url}/simple", "rhel-9/x86_64"), tmp_path / "b")
-    log = io.StringIO()
-    server = mirror_server(tmp_path / "b", "127.0.0.1", 0, log)
-    mirror = _serve(server)
-    try:
+    with serving(tmp_path / "b") as (mirror, log):
         done = subprocess.run(
             [sys.executable, "-m", "pip", "download", "--isolated", "--no-cache-dir",
              "--disable-pip-version-check", "-q", "-d", str(tmp_path / "got"),
@@ -158,8 +155,6 @@ def test_a_node_s_pip_installs_from_the_served_bundle_alone(upstream, tmp_path):
              *pip_target("3.9", "2.34", "x86_64"), "kilnprobe-app==1.0"],
             capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
-    finally:
-        server.shutdown()
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in (tmp_path / "got").iterdir()) == [
         APP,
