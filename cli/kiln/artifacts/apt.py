@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -172,14 +173,21 @@ def resolve(
             out.missing.append(f"{name} {pattern or '(any version)'}: {why}")
             continue
         queue.append((package, flags[0] if flags else True))
-    while queue:
-        package, recommends = queue.pop()
-        if package.name in followed and (followed[package.name] or not recommends):
-            continue
-        package = chosen.setdefault(package.name, package)
-        followed[package.name] = recommends
-        groups = [(g, True) for g in package.depends]
-        groups += [(g, False) for g in package.recommends] if recommends else []
+    # Depends first, the whole closure; Recommends after, so an alternative ("libopenblas0 |
+    # libblas.so.3") that a package chosen for its Depends meets takes nothing more.
+    later: deque[tuple[Package, tuple, bool]] = deque()
+    while queue or later:
+        if queue:
+            package, recommends = queue.pop()
+            if package.name in followed and (followed[package.name] or not recommends):
+                continue
+            package = chosen.setdefault(package.name, package)
+            followed[package.name] = recommends
+            groups = [(g, True) for g in package.depends]
+            later.extend((package, g, True) for g in (package.recommends if recommends else ()))
+        else:
+            package, group, recommends = later.popleft()
+            groups = [(group, False)]
         for group, needed in groups:
             present = next((p for r in group if (p := _chosen_for(chosen, r)) is not None), None)
             if present is not None:  # walked again only to follow its Recommends now
