@@ -358,3 +358,22 @@ def test_recommends_come_along_only_where_a_task_installs_them():
     assert sorted(p.name for p in resolve(index, [("exporter", "")]).packages) == [
         "exporter", "extras", "libc", "locales"
     ]  # fmt: skip
+
+
+def test_a_recommends_alternative_met_by_a_dependency_takes_nothing_more():
+    """apt meets "libopenblas0 | libblas.so.3" with the libblas3 a Depends brought in: the
+    whole Depends closure is resolved before any Recommends (python3-torch's case)."""
+    index = PackageIndex()
+    index.add(
+        "Package: torch\nVersion: 1-1\nArchitecture: amd64\nFilename: pool/t.deb\nSHA256: 00\n"
+        "Depends: numpy\nRecommends: libopenblas0 | libblas.so.3\n\n"
+        "Package: numpy\nVersion: 1-1\nArchitecture: amd64\nFilename: pool/n.deb\nSHA256: 01\n"
+        "Depends: libblas3 | libblas.so.3\n\n"
+        "Package: libblas3\nVersion: 3-1\nArchitecture: amd64\nFilename: pool/b.deb\n"
+        "SHA256: 02\nProvides: libblas.so.3\n\n"
+        "Package: libopenblas0\nVersion: 0.3-1\nArchitecture: amd64\nFilename: pool/o.deb\n"
+        "SHA256: 03\nProvides: libblas.so.3\n",
+        "https://deb.debian.org/debian",
+    )
+    found = resolve(index, [("torch", "")])
+    assert sorted(p.name for p in found.packages) == ["libblas3", "numpy", "torch"]
