@@ -360,20 +360,30 @@ def test_recommends_come_along_only_where_a_task_installs_them():
     ]  # fmt: skip
 
 
-def test_a_recommends_alternative_met_by_a_dependency_takes_nothing_more():
-    """apt meets "libopenblas0 | libblas.so.3" with the libblas3 a Depends brought in: the
-    whole Depends closure is resolved before any Recommends (python3-torch's case)."""
+def test_alternatives_are_chosen_as_apt_marks_them():
+    """Debian 13's own relations: libtorch2.6's Depends pick libblas3, so its Recommends
+    "libopenblas0 | ... | libblas3" take nothing more; dpkg-dev's Recommends "sq | ... | gnupg"
+    take sq, the first, since gnupg is not marked yet when apt reaches them (what apt did on
+    the air-gapped sandbox's nodes)."""
     index = PackageIndex()
     index.add(
-        "Package: torch\nVersion: 1-1\nArchitecture: amd64\nFilename: pool/t.deb\nSHA256: 00\n"
-        "Depends: numpy\nRecommends: libopenblas0 | libblas.so.3\n\n"
-        "Package: numpy\nVersion: 1-1\nArchitecture: amd64\nFilename: pool/n.deb\nSHA256: 01\n"
-        "Depends: libblas3 | libblas.so.3\n\n"
-        "Package: libblas3\nVersion: 3-1\nArchitecture: amd64\nFilename: pool/b.deb\n"
-        "SHA256: 02\nProvides: libblas.so.3\n\n"
+        "Package: libtorch2.6\nVersion: 2.6.0-7\nArchitecture: amd64\nFilename: pool/t.deb\n"
+        "SHA256: 00\nDepends: libblas3 | libblas.so.3\n"
+        "Recommends: libopenblas0 | libblis3 | libatlas3-base | libmkl-rt | libblas3\n\n"
+        "Package: libblas3\nVersion: 3.12-1\nArchitecture: amd64\nFilename: pool/b.deb\n"
+        "SHA256: 01\nProvides: libblas.so.3\n\n"
         "Package: libopenblas0\nVersion: 0.3-1\nArchitecture: amd64\nFilename: pool/o.deb\n"
-        "SHA256: 03\nProvides: libblas.so.3\n",
+        "SHA256: 02\n\n"
+        "Package: dpkg-dev\nVersion: 1.22.22\nArchitecture: all\nFilename: pool/d.deb\n"
+        "SHA256: 03\nRecommends: sq | sqop | rsop | gosop | pgpainless-cli | gpg-sq | gnupg\n\n"
+        "Package: sq\nVersion: 1.3.1-2\nArchitecture: amd64\nFilename: pool/s.deb\nSHA256: 04\n\n"
+        "Package: gnupg\nVersion: 2.4.7-21\nArchitecture: all\nFilename: pool/g.deb\n"
+        "SHA256: 05\n\n"
+        "Package: build-essential\nVersion: 12.12\nArchitecture: amd64\nFilename: pool/e.deb\n"
+        "SHA256: 06\nDepends: dpkg-dev\nRecommends: gnupg\n",
         "https://deb.debian.org/debian",
     )
-    found = resolve(index, [("torch", "")])
-    assert sorted(p.name for p in found.packages) == ["libblas3", "numpy", "torch"]
+    torch = resolve(index, [("libtorch2.6", "")])
+    assert sorted(p.name for p in torch.packages) == ["libblas3", "libtorch2.6"]
+    tools = resolve(index, [("build-essential", "")])
+    assert sorted(p.name for p in tools.packages) == ["build-essential", "dpkg-dev", "gnupg", "sq"]

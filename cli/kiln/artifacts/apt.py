@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -157,42 +156,30 @@ def resolve(
     index: PackageIndex, wanted: Iterable[tuple[str, str] | tuple[str, str, bool]]
 ) -> Resolution:
     """The packages `wanted` ((name, version or glob or "", and whether its Recommends come
-    along: True unless said) and everything they depend on. A package's Recommends are
-    followed where some task that brings it in installs Recommends (apt's default); apt
-    itself skips the Recommends of a package an earlier task installed without them, so this
-    holds a little more than such an order installs, never less."""
+    along: True unless said) and everything they depend on, chosen in apt's order: a
+    package's relations one after another (Depends, then Recommends), each unmet one marking
+    a package and following that package's relations at once, so a later relation sees what
+    an earlier one brought in (libtorch2.6's "libopenblas0 | ... | libblas3" is met by the
+    libblas3 its Depends marked). A package's Recommends are followed where some task that
+    brings it in installs Recommends (apt's default); apt itself skips the Recommends of a
+    package an earlier task installed without them, so this holds a little more than such an
+    order installs, never less."""
     out = Resolution()
     chosen: dict[str, Package] = {}
     followed: dict[str, bool] = {}  # name -> whether its Recommends were followed
-    queue: list[tuple[Package, bool]] = []
-    for name, pattern, *flags in wanted:
-        package = index.newest(name, pattern)
-        if package is None:
-            offered = sorted((p.version for p in index.by_name.get(name, ())), key=sort_key)
-            why = f"offered: {', '.join(offered)}" if offered else "in no repository of the plan"
-            out.missing.append(f"{name} {pattern or '(any version)'}: {why}")
-            continue
-        queue.append((package, flags[0] if flags else True))
-    # Depends first, the whole closure; Recommends after, so an alternative ("libopenblas0 |
-    # libblas.so.3") that a package chosen for its Depends meets takes nothing more.
-    later: deque[tuple[Package, tuple, bool]] = deque()
-    while queue or later:
-        if queue:
-            package, recommends = queue.pop()
-            if package.name in followed and (followed[package.name] or not recommends):
-                continue
-            package = chosen.setdefault(package.name, package)
-            followed[package.name] = recommends
-            groups = [(g, True) for g in package.depends]
-            later.extend((package, g, True) for g in (package.recommends if recommends else ()))
-        else:
-            package, group, recommends = later.popleft()
-            groups = [(group, False)]
+
+    def install(package: Package, recommends: bool) -> None:
+        if package.name in followed and (followed[package.name] or not recommends):
+            return
+        package = chosen.setdefault(package.name, package)
+        followed[package.name] = recommends
+        groups = [(g, True) for g in package.depends]
+        groups += [(g, False) for g in package.recommends] if recommends else []
         for group, needed in groups:
             present = next((p for r in group if (p := _chosen_for(chosen, r)) is not None), None)
-            if present is not None:  # walked again only to follow its Recommends now
+            if present is not None:  # followed again only to take its Recommends now
                 if recommends and not followed.get(present.name, False):
-                    queue.append((present, True))
+                    install(present, True)
                 continue
             found = next((p for r in group if (p := index.satisfying(*r)) is not None), None)
             if found is None and not needed:  # a Recommends apt cannot find: it goes on
@@ -201,7 +188,16 @@ def resolve(
                 wants = " | ".join(f"{n} ({op} {v})" if op else n for n, op, v in group)
                 out.missing.append(f"{wants}: needed by {package.name}, in no repository")
             else:
-                queue.append((found, recommends))
+                install(found, recommends)
+
+    for name, pattern, *flags in wanted:
+        package = index.newest(name, pattern)
+        if package is None:
+            offered = sorted((p.version for p in index.by_name.get(name, ())), key=sort_key)
+            why = f"offered: {', '.join(offered)}" if offered else "in no repository of the plan"
+            out.missing.append(f"{name} {pattern or '(any version)'}: {why}")
+            continue
+        install(package, flags[0] if flags else True)
     out.packages = sorted(chosen.values(), key=lambda p: (p.name, sort_key(p.version)))
     return out
 
