@@ -387,3 +387,68 @@ def test_alternatives_are_chosen_as_apt_marks_them():
     assert sorted(p.name for p in torch.packages) == ["libblas3", "libtorch2.6"]
     tools = resolve(index, [("build-essential", "")])
     assert sorted(p.name for p in tools.packages) == ["build-essential", "dpkg-dev", "gnupg", "sq"]
+
+
+def test_what_a_node_has_installed_is_not_fetched_again():
+    """With the node's dpkg status: an installed package a relation or a task accepts takes
+    nothing, nor do its Recommends; one a relation needs newer is fetched (an upgrade), and
+    a pin the installed version misses fetches the pinned one."""
+    index = PackageIndex()
+    index.add(
+        "Package: slurmd\nVersion: 24.11.5-4\nArchitecture: amd64\nFilename: pool/s.deb\n"
+        "SHA256: 00\nDepends: libc6 (>= 2.38), systemd | binfmt-support\n\n"
+        "Package: libc6\nVersion: 2.41-12\nArchitecture: amd64\nFilename: pool/c.deb\n"
+        "SHA256: 01\n\n"
+        "Package: binfmt-support\nVersion: 2.2-1\nArchitecture: amd64\nFilename: pool/b.deb\n"
+        "SHA256: 02\n\n"
+        "Package: chrony\nVersion: 4.6-3\nArchitecture: amd64\nFilename: pool/h.deb\n"
+        "SHA256: 03\n\n"
+        "Package: chrony\nVersion: 4.7-1\nArchitecture: amd64\nFilename: pool/h2.deb\n"
+        "SHA256: 04\n",
+        "https://deb.debian.org/debian",
+    )
+    status = (
+        "Package: libc6\nStatus: install ok installed\nVersion: 2.36-9\n\n"
+        "Package: systemd\nStatus: install ok installed\nVersion: 257.7-1\n"
+        "Recommends: dbus\n\n"
+        "Package: chrony\nStatus: install ok installed\nVersion: 4.6-3\n\n"
+        "Package: gone\nStatus: deinstall ok config-files\nVersion: 1\n"
+    )
+    installed = PackageIndex().add_installed(status)
+    assert sorted(p.name for p in installed) == ["chrony", "libc6", "systemd"]
+    found = resolve(index, [("slurmd", "24.11.5*"), ("chrony", "")], installed)
+    # libc6 2.36 is older than slurmd needs: fetched; systemd meets the alternative; chrony stays
+    assert [(p.name, p.version) for p in found.packages] == [
+        ("libc6", "2.41-12"), ("slurmd", "24.11.5-4")
+    ]  # fmt: skip
+    pinned = resolve(index, [("chrony", "4.7*")], installed)
+    assert [(p.name, p.version) for p in pinned.packages] == [("chrony", "4.7-1")]
+
+
+def test_the_nodes_dpkg_status_leaves_out_what_they_have(server, signer, tmp_path, capsys):
+    """--installed: libc6 and postfix on the nodes already (postfix meets the MTA
+    alternative): neither is fetched; a platform the plan has no debs for is refused."""
+    build_repository(server.www, signer, STANZAS)
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan_of(server, signer[1], [("tool", "1.2*")])))
+    status = tmp_path / "status"
+    status.write_text(
+        "Package: libc6\nStatus: install ok installed\nVersion: 2.41-1\n\n"
+        "Package: postfix\nStatus: install ok installed\nVersion: 3.7-1\n"
+        "Provides: mail-transport-agent\n"
+    )
+    bundle = tmp_path / "bundle"
+    with pytest.raises(SystemExit) as exit_:
+        main(["mirror", "fetch", str(plan_file), "--to", str(bundle),
+              "--installed", f"debian-13/x86_64={status}"])  # fmt: skip
+    assert exit_.value.code == 0, capsys.readouterr().err
+    manifest = json.loads((bundle / MANIFEST).read_text())
+    assert manifest["packages"] == {
+        "debian-13/x86_64": {"libfoo": "2.1-1", "tool": "1.2-1", "tool-doc": "1.2-1"}
+    }
+    assert list(manifest["installed_baseline"]) == ["debian-13/x86_64"]
+    with pytest.raises(SystemExit) as exit_:
+        main(["mirror", "fetch", str(plan_file), "--to", str(bundle),
+              "--installed", f"rhel-9/x86_64={status}"])  # fmt: skip
+    assert exit_.value.code == 2
+    assert "not PLATFORM=FILE for a platform whose debs the plan names" in capsys.readouterr().err

@@ -119,6 +119,23 @@ class PackageIndex:
             for name, _ in package.provides:
                 self.providers.setdefault(name, []).append(package)
 
+    def add_installed(self, status_text: str) -> list[Package]:
+        """A node's installed packages, from its dpkg status file (/var/lib/dpkg/status):
+        what apt finds there already (no URL: nothing to fetch)."""
+        installed = []
+        for s in stanzas(status_text):
+            if not s.get("Status", "").endswith(" installed") or "Package" not in s:
+                continue
+            installed.append(Package(
+                name=s["Package"], version=s.get("Version", ""),
+                architecture=s.get("Architecture", ""), url="", sha256="", size=0,
+                depends=_relations(", ".join(s[k] for k in ("Pre-Depends", "Depends") if k in s)),
+                recommends=_relations(s.get("Recommends", "")),
+                provides=tuple((r[0], r[2] if r[1] == "=" else "")
+                               for g in _relations(s.get("Provides", "")) for r in g),
+            ))  # fmt: skip
+        return installed
+
     def newest(self, name: str, pattern: str = "") -> Package | None:
         """The newest version of `name` matching `pattern` (exact, or a glob); None if none."""
         offered = [
@@ -153,7 +170,9 @@ class Resolution:
 
 
 def resolve(
-    index: PackageIndex, wanted: Iterable[tuple[str, str] | tuple[str, str, bool]]
+    index: PackageIndex,
+    wanted: Iterable[tuple[str, str] | tuple[str, str, bool]],
+    installed: Iterable[Package] = (),
 ) -> Resolution:
     """The packages `wanted` ((name, version or glob or "", and whether its Recommends come
     along: True unless said) and everything they depend on, chosen in apt's order: a
@@ -163,12 +182,21 @@ def resolve(
     libblas3 its Depends marked). A package's Recommends are followed where some task that
     brings it in installs Recommends (apt's default); apt itself skips the Recommends of a
     package an earlier task installed without them, so this holds a little more than such an
-    order installs, never less."""
+    order installs, never less.
+
+    `installed` (a node's, PackageIndex.add_installed) is what apt finds on the node: a
+    wanted package installed at a version its pin allows is left as it is (the apt module's
+    state=present), a relation an installed package meets takes nothing, and an installed
+    package's Recommends are not followed (apt adds none to a package already there). Without
+    it the closure is resolved as on an empty system, a superset of what any node fetches."""
     out = Resolution()
-    chosen: dict[str, Package] = {}
-    followed: dict[str, bool] = {}  # name -> whether its Recommends were followed
+    chosen: dict[str, Package] = {p.name: p for p in installed}
+    followed: dict[str, bool] = dict.fromkeys(chosen, True)  # name -> Recommends followed
 
     def install(package: Package, recommends: bool) -> None:
+        current = chosen.get(package.name)
+        if current is not None and not current.url and package.url:  # an upgrade apt fetches
+            del chosen[package.name], followed[package.name]
         if package.name in followed and (followed[package.name] or not recommends):
             return
         package = chosen.setdefault(package.name, package)
@@ -191,6 +219,13 @@ def resolve(
                 install(found, recommends)
 
     for name, pattern, *flags in wanted:
+        have = chosen.get(name)
+        if (
+            have is not None
+            and not have.url
+            and (not pattern or fnmatch.fnmatchcase(have.version, pattern))
+        ):
+            continue  # on the node already, at a version the pin allows
         package = index.newest(name, pattern)
         if package is None:
             offered = sorted((p.version for p in index.by_name.get(name, ())), key=sort_key)
@@ -198,7 +233,8 @@ def resolve(
             out.missing.append(f"{name} {pattern or '(any version)'}: {why}")
             continue
         install(package, flags[0] if flags else True)
-    out.packages = sorted(chosen.values(), key=lambda p: (p.name, sort_key(p.version)))
+    fetched = [p for p in chosen.values() if p.url]
+    out.packages = sorted(fetched, key=lambda p: (p.name, sort_key(p.version)))
     return out
 
 

@@ -115,9 +115,9 @@ def apt_packages(
             index.by_name.setdefault(name, []).extend(packages)
         for name, packages in part.providers.items():
             index.providers.setdefault(name, []).extend(packages)
-    found = resolve(
-        index, [(a["name"], a.get("version", ""), a.get("recommends", True)) for a in debs]
-    )
+    wanted = [(a["name"], a.get("version", ""), a.get("recommends", True)) for a in debs]
+    have = PackageIndex().add_installed(bundle.installed.get(platform, ""))
+    found = resolve(index, wanted, have)
     bundle.packages[platform] = {p.name: p.version for p in found.packages}
     failed += [f"deb {why} ({platform})" for why in found.missing]
     return [Download(p.url, p.sha256, p.size, f"deb {p.name} {p.version}") for p in found.packages]

@@ -82,6 +82,9 @@ class Bundle:
     # platform -> package -> the exact version resolved: what the plan's unpinned lines became
     packages: dict[str, dict[str, str]] = field(default_factory=dict)
     wheel_versions: dict[str, dict[str, str]] = field(default_factory=dict)  # the same, wheels
+    # platform -> a node's dpkg status: what the nodes have already (kiln mirror fetch
+    # --installed), left out of the closure
+    installed: dict[str, str] = field(default_factory=dict)
     # platform -> what no repository of the plan offers: the node's own repositories' (dnf)
     elsewhere: dict[str, list[str]] = field(default_factory=dict)
     indexes: dict[str, set[wheels.Wheel]] = field(default_factory=dict)  # pip index -> wheels
@@ -140,6 +143,10 @@ class Bundle:
             "packages": {k: dict(sorted(v.items())) for k, v in sorted(self.packages.items())},
             "wheels": {k: dict(sorted(v.items())) for k, v in sorted(self.wheel_versions.items())},
             "from_node_repositories": dict(sorted(self.elsewhere.items())),
+            "installed_baseline": {  # the dpkg status each platform was resolved against
+                platform: hashlib.sha256(text.encode()).hexdigest()
+                for platform, text in sorted(self.installed.items())
+            },
             "files": dict(sorted(self.files.items())),
         }  # fmt: skip
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".bundle-", suffix=".json")

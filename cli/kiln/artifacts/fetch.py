@@ -103,10 +103,13 @@ def write_index_pages(bundle: Bundle) -> None:
 
 
 def fetch_bundle(plan: dict, root: Path, progress: Progress | None = None,
-                 opener: Opener = open_url) -> FetchOutcome:  # fmt: skip
-    """Everything the plan names into the bundle at `root` (made if missing); see the module."""
+                 opener: Opener = open_url,
+                 installed: dict[str, str] | None = None) -> FetchOutcome:  # fmt: skip
+    """Everything the plan names into the bundle at `root` (made if missing); see the module.
+    `installed`: platform -> a node's dpkg status file (what its nodes have before a
+    provision, which apt does not fetch again; kiln.artifacts.apt.resolve)."""
     root.mkdir(parents=True, exist_ok=True)
-    bundle = Bundle(root, opener)
+    bundle = Bundle(root, opener, installed=dict(installed or {}))
     outcome = FetchOutcome()
     finished = False
     try:

@@ -78,6 +78,25 @@ def _read_plan(path: Path) -> dict:
     return document
 
 
+def _installed(values: list[str], plan: dict) -> dict[str, str]:
+    """--installed PLATFORM=FILE values read: platform -> the dpkg status text."""
+    debs = {a["platform"] for a in plan.get("artifacts", []) if a.get("kind") == "deb"}
+    baseline = {}
+    for value in values:
+        platform, _, name = value.partition("=")
+        if not name or platform not in debs:
+            raise InvalidInputError(
+                f"--installed {value!r}: not PLATFORM=FILE for a platform whose debs the plan "
+                f"names ({', '.join(sorted(debs)) or 'none'})",
+                hint="copy /var/lib/dpkg/status from a freshly installed node of that platform",
+            )
+        try:
+            baseline[platform] = Path(name).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise InvalidInputError(f"--installed {value!r}: {exc.strerror}") from None
+    return baseline
+
+
 class _Bar:
     """Counts and bytes on a terminal; a line every 10 s (and at the end) off one."""
 
@@ -107,6 +126,17 @@ def fetch(
         Path, typer.Argument(metavar="PLAN", help="A plan: `kiln mirror plan INVENTORY --json`.")
     ],
     to: Annotated[Path, typer.Option("--to", help="The bundle's folder (made if missing).")],
+    installed: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--installed",
+            metavar="PLATFORM=FILE",
+            help="What the nodes of PLATFORM (debian-13/x86_64) have before a provision: a "
+            "copy of one's /var/lib/dpkg/status. A package installed there at a version the "
+            "plan accepts is not fetched, nor are its Recommends: the bundle is then what those "
+            "nodes fetch. Repeat per platform; without it, the closure as on an empty system.",
+        ),
+    ] = None,
 ) -> int:
     """Download every artifact PLAN names into the bundle at --to, on a machine that can reach
     the sources. Each file lands at its source's host and path (what a mirror serving the
@@ -126,10 +156,11 @@ def fetch(
         kiln mirror fetch plan.json --to /srv/kiln-bundle
     """
     plan_document = _read_plan(plan_file)
+    baseline = _installed(installed or [], plan_document)
     root = output_dir(to)
     bar = _Bar()
     with bar.progress if bar.rich else nullcontext():  # a live bar on a terminal only
-        outcome = fetch_bundle(plan_document, root, bar)
+        outcome = fetch_bundle(plan_document, root, bar, installed=baseline)
     err.print(
         f"{len(outcome.fetched)} fetched ({outcome.bytes / 1e6:.1f} MB), {len(outcome.kept)} "
         f"already whole in {safe(str(root))}; {MANIFEST} lists them"
