@@ -6,7 +6,9 @@ a second sandbox beside the default one (KILN_SANDBOX=airgap) on a Docker networ
 out and a mirror container serving the bundle (`kiln sandbox up --mirror`), then a full
 `kiln provision` and a quick `kiln burnin` that must pass. The mirror's access log holds what
 the nodes fetched: every request answered from the bundle (no 404), nothing asked for that the
-bundle, built from the plan, does not hold.
+bundle, built from the plan, does not hold, and every package the bundle holds fetched by a node:
+the bundle is resolved against the nodes' dpkg status (`kiln mirror fetch --installed`), and the
+nodes run the bare node image, nothing beyond the base installed or cached in it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
+
+from kiln.sandbox import image
 
 from .conftest import REPO, run_docker, run_kiln
 
@@ -34,7 +38,13 @@ def airgapped(tmp_path_factory):
                        env=env, timeout=300)  # fmt: skip
     assert planned.returncode == 0, planned.stderr
     (home / "plan.json").write_text(planned.stdout)
+    # What the nodes have before a provision: the bare node image's own dpkg status.
+    bare = image.ensure_image(lambda *_: None, bare=True).tag
+    status = run_docker("run", "--rm", "--entrypoint", "cat", bare, "/var/lib/dpkg/status")
+    (home / "status").write_text(status.stdout)
+    platform = json.loads(planned.stdout)["platforms"][0]
     fetched = run_kiln("mirror", "fetch", str(home / "plan.json"), "--to", str(CACHE),
+                       "--installed", f"{platform}={home / 'status'}",
                        env=env, timeout=1800)  # fmt: skip
     assert fetched.returncode == 0, fetched.stderr[-4000:]
     run_kiln("sandbox", "down", env=env, timeout=300)  # a sandbox of that name left by a killed run
@@ -66,4 +76,12 @@ def test_provision_and_burnin_pass_with_no_route_out(airgapped):
     held = set(json.loads((CACHE / "bundle.json").read_text())["files"])
     assert asked, "the nodes fetched nothing from the mirror"
     assert [a for a in asked if a[1] not in ("200", "304")] == []  # 304: apt's If-Modified-Since
-    assert {unquote(path).lstrip("/") for path, _ in asked} <= held
+    fetched = {unquote(path).lstrip("/") for path, _ in asked}
+    assert fetched <= held  # nothing fetched that the plan's bundle does not hold
+
+    # Nothing held that was not needed: the bundle, resolved against the nodes' dpkg status
+    # (kiln mirror fetch --installed), holds exactly the packages the nodes fetched.
+    held_debs = {p for p in held if p.endswith(".deb")}
+    fetched_debs = {p for p in fetched if p.endswith(".deb")}
+    print(f"packages: {len(held_debs)} in the bundle, {len(fetched_debs)} fetched by the nodes")
+    assert held_debs - fetched_debs == set(), "held in the bundle, never fetched"
