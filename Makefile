@@ -14,8 +14,10 @@ MOLECULE_SCENARIOS := $(notdir $(wildcard molecule/*))
 # Debian packages the tests use beyond Docker: sshd for the SSH fan-out tests, chromium to
 # render the HTML burn-in report.
 # rpm, createrepo-c, dnf: kiln mirror fetch's dnf side is tested against a real signed
-# repository, and dnf itself reads the bundle kiln serves
-SYSTEM_PACKAGES := openssh-server openssh-client chromium rpm createrepo-c dnf dnf-plugins-core
+# repository, and dnf itself reads the bundle kiln serves; docker-registry: the registry its
+# images are fetched from
+SYSTEM_PACKAGES := openssh-server openssh-client chromium rpm createrepo-c dnf dnf-plugins-core \
+	docker-registry
 
 .PHONY: help deps deps-runtime system-deps lint test test-unit test-local test-integration test-molecule test-airgapped docker \
 	test-debian12 test-molecule-debian12 \

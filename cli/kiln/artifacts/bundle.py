@@ -45,6 +45,8 @@ class Download:
     path: str = ""  # its place in the bundle when not its URL's (a wheel: the decoded name)
     # a check of the downloaded file before it is put in place (an rpm's signature)
     check: Callable[[Path], None] | None = field(default=None, compare=False)
+    # how to open its URL when not plainly (a registry's blob, with its pull token)
+    opener: Callable[[str], object] | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -106,7 +108,8 @@ class Bundle:
         part = target.with_name(target.name + ".part")
         digest, done = hashlib.sha256(), 0
         try:
-            with self.opener(item.url) as response, part.open("wb") as out:  # type: ignore[attr-defined]
+            opener = item.opener or self.opener
+            with opener(item.url) as response, part.open("wb") as out:  # type: ignore[attr-defined]
                 for block in iter(lambda: response.read(CHUNK), b""):
                     out.write(block)
                     digest.update(block)
@@ -133,6 +136,17 @@ class Bundle:
         part.replace(target)
         self.files[relative] = {"url": item.url, "sha256": digest.hexdigest(), "size": done}
         return True
+
+    def put(self, relative: str, url: str, data: bytes, media_type: str = "") -> None:
+        """Bytes already fetched and checked (an image's manifest) into the bundle, whole:
+        written beside and renamed into place."""
+        target = self.root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        part = target.with_name(target.name + ".part")
+        part.write_bytes(data)
+        part.replace(target)
+        entry = {"url": url, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+        self.files[relative] = {**entry, "media_type": media_type} if media_type else entry
 
     def write_manifest(self, plan: dict, failed: list[str], complete: bool) -> None:
         """bundle.json, replaced whole: the files the bundle holds, checked, and what failed."""

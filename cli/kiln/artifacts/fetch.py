@@ -45,11 +45,12 @@ from kiln.artifacts.bundle import (
     open_url,
 )
 from kiln.artifacts.dnfrepo import dnf_packages
+from kiln.artifacts.oci import image_downloads
 from kiln.mirror.layout import MirrorError
 
 # The kinds whose lines are resolved together per platform (repositories read, then closure).
 PACKAGES = {"deb": apt_packages, "rpm": dnf_packages}
-KNOWN = {"file", "key", "repository", "wheel", *PACKAGES}
+KNOWN = {"file", "key", "repository", "wheel", "image", *PACKAGES}
 
 
 def plan_downloads(bundle: Bundle, plan: dict, failed: list[str]) -> list[Download]:
@@ -65,6 +66,11 @@ def plan_downloads(bundle: Bundle, plan: dict, failed: list[str]) -> list[Downlo
             checksum = a.get("checksum", "")
             sha = checksum.split(":", 1)[1] if checksum.startswith("sha256:") else ""
             downloads.append(Download(a["source"], sha, what=f"{a['kind']} {a['name']}"))
+        elif a["kind"] == "image":
+            try:
+                downloads += image_downloads(bundle, a)
+            except FetchError as exc:
+                failed.append(str(exc))
         elif a["kind"] not in KNOWN:
             failed.append(f"{a['kind']} {a['name']} ({a['platform']}): kiln mirror fetch does "
                           f"not fetch a {a['kind']}")  # fmt: skip

@@ -23,6 +23,7 @@ from typing import Any
 from kiln.artifacts.roles import Fetch, walk_playbook
 from kiln.inventory import Cluster, Node
 from kiln.inventory.export import resolved_vars
+from kiln.inventory.mirror_spec import IMAGE_REFERENCE
 from kiln.mirror.archives import load_archives
 from kiln.paths import PLAYBOOKS_DIR
 from kiln.profiles.platforms import load_platforms
@@ -37,7 +38,7 @@ _URL = re.compile(r"https?://[^\s\]\"']+")
 
 @dataclass(frozen=True, order=True)
 class Artifact:
-    """One thing a node fetches: kind (deb, rpm, wheel, file, repository, key), its name, the
+    """One thing a node fetches: kind (deb, rpm, wheel, image, file, repository, key), its name, the
     exact version when a role pins one ("" when the repository's current one is taken), where
     from, its checksum when a role checks one, and for which OS release and architecture."""
 
@@ -147,7 +148,28 @@ def mirror_plan(cluster: Cluster) -> MirrorPlan:
             ):
                 found.extend(artifacts_of(fetch, platform, family))
         found.extend(archive_repositories(kiln_os, arch))
+    found.extend(images(cluster.mirror.images, sorted(platforms)))
     return MirrorPlan(cluster.name, sorted(platforms), _merged(found))
+
+
+def images(references: list[str], platforms: list[str]) -> list[Artifact]:
+    """kiln_mirror.images, one line per image and architecture of the cluster: name, tag or
+    digest, the registry's API as its source, the digest as its checksum when pinned."""
+    out = []
+    for reference in references:
+        match = IMAGE_REFERENCE.match(reference)
+        if match is None:  # validate refuses it; the plan does not guess
+            continue
+        name = f"{match['host']}/{match['repository']}"
+        host = match["host"].split(":")[0]
+        # a loopback registry over plain HTTP, as Docker allows it by default
+        scheme = "http" if host == "localhost" or host.startswith("127.") else "https"
+        source = f"{scheme}://{match['host']}/v2/{match['repository']}"
+        for platform in platforms:
+            out.append(Artifact("image", name, match["tag"] or match["digest"], platform,
+                                source=source, checksum=match["digest"] or "",
+                                where="kiln_mirror.images"))  # fmt: skip
+    return out
 
 
 def archive_repositories(kiln_os: str, arch: str) -> list[Artifact]:

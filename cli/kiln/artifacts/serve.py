@@ -5,7 +5,8 @@
 
 The bundle's folder is already the upstream layout under one root (kiln.artifacts.fetch), so
 serving is static: GET and HEAD of the files bundle.json lists (a folder's index.html for the
-folder: a pip index's project page), and nothing else (a `.part`
+folder: a pip index's project page; under /v2/ an image's manifests and blobs with the
+registry API's headers, so Docker, containerd and enroot pull from it), and nothing else (a `.part`
 left by an interrupted fetch, a file copied in by hand, a path outside the folder: 404). Each
 request is one access-log line, `time client method path status`: what the nodes asked
 for, to hold against `kiln mirror plan`. A site with its own mirror (an apt mirror, Nexus,
@@ -19,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import http.server
+import io
 import json
+import os
 import sys
 import threading
 import time
@@ -35,11 +38,11 @@ class BundleError(ValueError):
     """A folder that is not a bundle (no readable bundle.json)."""
 
 
-def bundle_files(root: Path) -> frozenset[str]:
-    """The paths a bundle holds whole (its bundle.json)."""
+def bundle_files(root: Path) -> dict[str, dict]:
+    """The paths a bundle holds whole, each with its entry (its bundle.json)."""
     try:
         document = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-        return frozenset(document["files"])
+        return dict(document["files"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BundleError(
             f"{root} is not a kiln bundle ({MANIFEST}: {exc}); make one with `kiln mirror fetch`"
@@ -51,12 +54,32 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
     def send_head(self):  # the one place GET and HEAD decide what to send
         path = unquote(urlsplit(self.path).path).lstrip("/")
+        if path.rstrip("/") == "v2":  # a registry client's first question: the API is here
+            return self._send(b"{}", "application/json")
         if path.endswith("/") or not path:  # a pip index's project page: its index.html
             path += "index.html"
-        if path not in self.server.files:
+        entry = self.server.files.get(path)
+        if entry is None:
             self.send_error(404, "not in this bundle")
             return None
+        if path.startswith("v2/"):  # an image's manifest or blob: the registry API's headers
+            media_type = entry.get("media_type") or "application/octet-stream"
+            return self._send(self.translate_path(self.path), media_type,
+                              digest="sha256:" + entry["sha256"])  # fmt: skip
         return super().send_head()
+
+    def _send(self, body: bytes | str, media_type: str, digest: str = ""):
+        """A 200 with the registry API's headers; the file (or bytes) for GET to copy."""
+        source = open(body, "rb") if isinstance(body, str) else io.BytesIO(body)  # noqa: SIM115
+        size = os.fstat(source.fileno()).st_size if isinstance(body, str) else len(body)
+        self.send_response(200)
+        self.send_header("Content-Type", media_type)
+        self.send_header("Content-Length", str(size))
+        self.send_header("Docker-Distribution-API-Version", "registry/2.0")
+        if digest:
+            self.send_header("Docker-Content-Digest", digest)
+        self.end_headers()
+        return source
 
     def list_directory(self, path):  # never: a bundle is served file by file
         self.send_error(404, "not in this bundle")
@@ -75,7 +98,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
 class _MirrorServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
-    files: frozenset[str]
+    files: dict[str, dict]
     log: TextIO
     lock: threading.Lock
 

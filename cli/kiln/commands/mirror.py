@@ -33,7 +33,7 @@ def plan(
     vault_password_file: VaultPasswordFile = None,
 ) -> int:
     """Every artifact a provision and a burn-in of INVENTORY fetch: one line per artifact, its
-    kind (deb, rpm, wheel, file, repository, key), name, exact version where a role pins one
+    kind (deb, rpm, wheel, image, file, repository, key), name, exact version where a role pins one
     ("-": the repository's current one), OS release and architecture, source, checksum, and
     the task that fetches it. Derived from the roles themselves, walked with each kind of
     node's variables: a new package in a role is a new line here. An artifact whose name or

@@ -16,6 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 # It lands in apt sources, dnf baseurls and pip's command line: plain URL characters only.
 _URL_CHARS = re.compile(r"^[A-Za-z0-9._~:/%+@=-]+$")
+# An image reference with its registry named (host[:port]/repository[:tag][@sha256:digest]):
+# no implied docker.io, so the mirror's copy has one unambiguous name.
+IMAGE_REFERENCE = re.compile(
+    r"^(?P<host>[a-z0-9.-]+\.[a-z0-9.-]+(?::\d+)?|localhost(?::\d+)?|[a-z0-9.-]+:\d+)/"
+    r"(?P<repository>[a-z0-9]+(?:[._/-][a-z0-9]+)*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
 
 # The key as the schema's catalogue lists it (kiln.inventory.schema.KEYS).
 MIRROR_KEY = (
@@ -37,6 +44,23 @@ class MirrorSpec(BaseModel):
     offline: bool = Field(
         False, description="validate refuses every source the inventory names outside the mirror"
     )
+    images: list[str] = Field(
+        default_factory=list,
+        description="container images the cluster's jobs pull, mirrored by `kiln mirror` and "
+        "served at <url>/v2/<registry>/<repository>, e.g. nvcr.io/nvidia/pytorch:24.05-py3",
+    )
+
+    @field_validator("images")
+    @classmethod
+    def _references(cls, value: list[str]) -> list[str]:
+        for reference in value:
+            match = IMAGE_REFERENCE.match(reference)
+            if match is None or not (match["tag"] or match["digest"]):
+                raise ValueError(
+                    f"{reference!r} is not an image reference with its registry and a tag or "
+                    "digest (nvcr.io/nvidia/pytorch:24.05-py3, docker.io/library/ubuntu@sha256:...)"
+                )
+        return value
 
     @field_validator("url")
     @classmethod
