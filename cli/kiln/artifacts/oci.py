@@ -53,20 +53,22 @@ class Registry:
         self._opener = urllib.request.build_opener(_KeepNoCredentials)
 
     def open(self, url: str, accept: str = "") -> object:
-        """The response to a GET, with a pull token asked for where the registry wants one."""
-        for attempt in (1, 2):
-            headers = {"Accept": accept} if accept else {}
-            if self.token:
-                headers["Authorization"] = f"Bearer {self.token}"
-            try:
-                return self._opener.open(urllib.request.Request(url, headers=headers),
-                                         timeout=TIMEOUT)  # fmt: skip
-            except urllib.error.HTTPError as exc:
-                challenge = exc.headers.get("WWW-Authenticate", "")
-                if exc.code != 401 or attempt == 2 or not challenge.startswith("Bearer"):
-                    raise
-                self.token = self._pull_token(challenge)
-        raise AssertionError("unreachable")
+        """The response to a GET, with a pull token asked for where the registry wants one
+        (again when one has expired: a large layer outlasts Docker Hub's five minutes)."""
+        try:
+            return self._get(url, accept)
+        except urllib.error.HTTPError as exc:
+            challenge = exc.headers.get("WWW-Authenticate", "")
+            if exc.code != 401 or not challenge.startswith("Bearer"):
+                raise
+            self.token = self._pull_token(challenge)
+            return self._get(url, accept)
+
+    def _get(self, url: str, accept: str) -> object:
+        headers = {"Accept": accept} if accept else {}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return self._opener.open(urllib.request.Request(url, headers=headers), timeout=TIMEOUT)
 
     def _pull_token(self, challenge: str) -> str:
         fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
