@@ -15,6 +15,8 @@ from kiln.profiles.slurm import (
     installed_filter,
     matches,
     parse_version_output,
+    upgrade_steps,
+    upgrade_window,
 )
 
 ROOT = Path(__file__).parent.parent.parent
@@ -53,13 +55,44 @@ def test_the_declared_slurm_installed_is_fine_and_none_installed_is_fine():
     assert nothing.seen == {} and nothing.notes == nothing.problems == []
 
 
-def test_an_older_slurm_is_noted_for_the_slurm_stage_to_replace():
-    judged = installed({"slurmd": DEBIAN_12}, "24.11", "distribution", "debian-13")
+def test_an_older_slurm_within_the_window_is_noted_for_the_slurm_stage_to_replace():
+    judged = installed({"slurmd": DEBIAN_12}, "23.02", "repository", "debian-12")
     assert judged.problems == []
     assert judged.notes == [
-        "slurmd -V says 22.05.8, but Slurm 24.11 is declared: the slurm stage replaces it "
-        "with 24.11.5"
+        "slurmd -V says 22.05.8, but Slurm 23.02 is declared: the slurm stage replaces it "
+        "with 23.02"
     ]
+
+
+def test_an_upgrade_beyond_slurm_s_window_stops_the_node_naming_the_steps():
+    """Debian 12's 22.05.8 (a real -V) under a declared 24.11: 24.11 upgrades from 23.02,
+    23.11 or 24.05 only (its release notes), so the node stops with the way through."""
+    judged = installed({"slurmd": DEBIAN_12}, "24.11", "distribution", "debian-13")
+    assert judged.notes == []
+    assert judged.problems == [
+        "slurmd -V says 22.05.8, but Slurm 24.11 is declared: Slurm 24.11 upgrades in place "
+        "from 23.02, 23.11, 24.05 only, and 22.05 is further back (its state and accounting "
+        "database would be lost); upgrade through 23.11 first: declare 23.11, provision, and "
+        "go on"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("release", "window"),
+    [("22.05", ["20.11", "21.08"]),  # 22.05's RELEASE_NOTES: "from version 20.11 or 21.08"
+     ("24.11", ["23.02", "23.11", "24.05"]),  # 24.11's: "from version 23.02, 23.11 or 24.05"
+     ("25.11", ["24.05", "24.11", "25.05"]),  # upgrades.html: 25.11 takes 24.05 and later
+     ("26.05", [])],  # a release kiln's table does not know yet: no guess
+)  # fmt: skip
+def test_slurm_s_compatibility_window_as_its_release_notes_say(release, window):
+    assert upgrade_window(release) == window
+
+
+def test_the_steps_through_the_window_take_the_furthest_release_each_time():
+    assert upgrade_steps("23.11.4", "24.11.5") == []  # Ubuntu 24.04's to Debian 13's: one step
+    assert upgrade_steps("22.05.8", "24.11") == ["23.11"]
+    assert upgrade_steps("21.08.5", "25.11") == ["23.02", "24.11"]  # Ubuntu 22.04's
+    assert upgrade_steps("19.05", "24.11") is None
 
 
 def test_a_newer_slurm_stops_the_node_since_slurm_does_not_downgrade():

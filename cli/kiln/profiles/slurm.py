@@ -42,6 +42,8 @@ class SlurmProblem(Model):
 class SlurmTable(Model):
     distribution: dict[str, ShippedSlurm]
     conf_features: dict[str, ConfFeature]
+    releases: list[str]  # the major releases, oldest first
+    upgrade_window: dict[str, int]  # before_24.11 / from_24.11: releases back, in place
 
     def shipped(self, platform: str) -> ShippedSlurm | None:
         return self.distribution.get(platform)
@@ -168,6 +170,36 @@ def parse_version_output(text: str) -> str | None:
     return None
 
 
+def upgrade_window(release: str) -> list[str]:
+    """The releases `release` (24.11) upgrades from in place, oldest first; [] for a release
+    this table does not know."""
+    table = load_slurm()
+    if release not in table.releases:
+        return []
+    at = table.releases.index(release)
+    newer = parse_version(release) >= parse_version("24.11")
+    back = table.upgrade_window["from_24.11" if newer else "before_24.11"]
+    return table.releases[max(0, at - back) : at]
+
+
+def upgrade_steps(installed: str, target: str) -> list[str] | None:
+    """The releases to go through from `installed` to `target`, each within the window of the
+    next ([] when one step does; None when either release is not in the table)."""
+    releases = load_slurm().releases
+    start, end = release_of(installed), release_of(target)
+    if start not in releases or end not in releases:
+        return None
+    steps, current = [], start
+    while current not in upgrade_window(end) and current != end:
+        reachable = [r for r in releases if current in upgrade_window(r)
+                     and parse_version(r) < parse_version(end)]  # fmt: skip
+        if not reachable:
+            return None
+        current = reachable[-1]  # the furthest release one step takes
+        steps.append(current)
+    return steps
+
+
 def _numeric(version: str) -> str:
     """'23.11.0' from '23.11.0-0rc1': the dotted numeric head of a version."""
     found = re.match(r"\d+(?:\.\d+)*", version)
@@ -211,10 +243,20 @@ def installed(
         said = f"{name} -V says {version}, but {wanted}"
         depth = len(expected.split("."))
         newer = parse_version(_numeric(version))[:depth] > parse_version(expected)[:depth]
+        steps = None if newer else upgrade_steps(version, expected)
         if newer:
             problems.append(
                 f"{said}: the slurm stage would downgrade it to {installs or expected}, which "
                 "Slurm does not support; declare the installed version, or remove it by hand"
+            )
+        elif steps:  # beyond the window: slurmctld's state and slurmdbd's database are lost
+            target = release_of(expected)
+            window = ", ".join(upgrade_window(target))
+            problems.append(
+                f"{said}: Slurm {target} upgrades in place from {window} only, and "
+                f"{release_of(version)} is further back (its state and accounting database "
+                f"would be lost); upgrade through {' then '.join(steps)} first: declare "
+                f"{steps[0]}, provision, and go on"
             )
         else:
             notes.append(f"{said}: the slurm stage replaces it with {installs or expected}")
