@@ -154,6 +154,12 @@ def test_an_architecture_the_index_lacks_is_named(registry, tmp_path):
                               "manifest in its index"]  # fmt: skip
 
 
+def test_a_docker_hub_image_is_asked_of_docker_hub_s_registry_api():
+    (line,) = images(["docker.io/library/ubuntu:22.04"], ["debian-13/x86_64"])
+    assert (line.name, line.version) == ("docker.io/library/ubuntu", "22.04")
+    assert line.source == "https://registry-1.docker.io/v2/library/ubuntu"
+
+
 def test_an_image_reference_names_its_registry_and_a_tag_or_digest():
     assert MirrorSpec(images=["nvcr.io/nvidia/pytorch:24.05-py3"]).images
     for wrong in ("ubuntu:22.04", "nvcr.io/nvidia/pytorch", "nvcr.io/Nvidia/x:1"):

@@ -152,6 +152,10 @@ def mirror_plan(cluster: Cluster) -> MirrorPlan:
     return MirrorPlan(cluster.name, sorted(platforms), _merged(found))
 
 
+# Docker Hub's images are named docker.io/...; its registry API answers elsewhere.
+_REGISTRY_API = {"docker.io": "registry-1.docker.io", "index.docker.io": "registry-1.docker.io"}
+
+
 def images(references: list[str], platforms: list[str]) -> list[Artifact]:
     """kiln_mirror.images, one line per image and architecture of the cluster: name, tag or
     digest, the registry's API as its source, the digest as its checksum when pinned."""
@@ -164,7 +168,8 @@ def images(references: list[str], platforms: list[str]) -> list[Artifact]:
         host = match["host"].split(":")[0]
         # a loopback registry over plain HTTP, as Docker allows it by default
         scheme = "http" if host == "localhost" or host.startswith("127.") else "https"
-        source = f"{scheme}://{match['host']}/v2/{match['repository']}"
+        api = _REGISTRY_API.get(match["host"], match["host"])
+        source = f"{scheme}://{api}/v2/{match['repository']}"
         for platform in platforms:
             out.append(Artifact("image", name, match["tag"] or match["digest"], platform,
                                 source=source, checksum=match["digest"] or "",
