@@ -25,15 +25,15 @@ from kiln.mirror.layout import MirrorError
 
 # Copies dnf on RHEL 9 does not read: yum's sqlite databases and the zchunk variants.
 _SKIPPED_SUFFIXES = ("_db", "_zck")
-_OPENERS = {".gz": gzip.decompress, ".xz": lzma.decompress, ".bz2": bz2.decompress}
+_DECOMPRESS = {".gz": gzip.decompress, ".xz": lzma.decompress, ".bz2": bz2.decompress}
 
 
 def _xml(path: Path) -> bytes:
     data = path.read_bytes()
     if path.suffix == ".zst":
         raise FetchError(f"{path.name}: zstd-compressed, which this Python cannot read")
-    opener = _OPENERS.get(path.suffix)
-    return opener(data) if opener else data
+    decompress = _DECOMPRESS.get(path.suffix)
+    return decompress(data) if decompress else data
 
 
 def read_dnf_repository(bundle: Bundle, url: str, keys: list[Path]) -> RpmIndex:
