@@ -101,7 +101,8 @@ def published(tmp_path_factory):
          env=env)  # fmt: skip
     key = www / "RPM-GPG-KEY-kiln"
     key.write_text(_run("gpg", "--armor", "--export", "kiln-test-rpm", env=env))
-    return www
+    yield www
+    subprocess.run(["gpgconf", "--homedir", str(gnupg), "--kill", "gpg-agent"], check=False)
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -264,6 +265,8 @@ def test_dnf_reads_the_served_bundle_with_its_checks_on(upstream, tmp_path):
              "download", "--destdir", str(tmp_path / "got"), "kilnprobe-tool", "kilnprobe-lib"],
             capture_output=True, text=True, timeout=300, check=False,
         )  # fmt: skip
+    for agent in (tmp_path / "cache").rglob("pubring"):  # the agent dnf's key import started
+        subprocess.run(["gpgconf", "--homedir", str(agent), "--kill", "gpg-agent"], check=False)
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in (tmp_path / "got").iterdir()) == [
         "kilnprobe-lib-1.2-1.noarch.rpm", "kilnprobe-tool-2.0-1.noarch.rpm"

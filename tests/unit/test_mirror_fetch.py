@@ -66,7 +66,8 @@ def signer(tmp_path_factory):
          "ed25519", "sign", "never")  # fmt: skip
     keyring = home / "archive.gpg"
     keyring.write_bytes(_gpg(home, "--export"))
-    return home, keyring
+    yield home, keyring
+    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)
 
 
 def _stanza(name: str, version: str, data: bytes, **fields: str) -> tuple[str, str, bytes]:
