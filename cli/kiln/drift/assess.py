@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.drift.remote import NodeProbe
+from kiln.profiles.slurm import release_of, upgrade_steps
 
 ALWAYS = ("preflight",)
 RUN_REASONS = (
@@ -59,7 +60,12 @@ def describe_drift(item: Mapping[str, Any]) -> str:
     if kind == "package":
         return f"package {name} {was} -> {now or 'not installed'}"
     if kind == "version":
-        return f"{name} -V {now or 'not found'}, declared {was}"
+        said = f"{name} -V {now or 'not found'}, declared {was}"
+        steps = upgrade_steps(str(now), str(was)) if now and was else None
+        if steps:  # the next provision's preflight refuses this node (issue 31)
+            said += f" (beyond Slurm {release_of(str(was))}'s upgrade window: through "
+            said += f"{' then '.join(steps)} first)"
+        return said
     if kind == "service":
         was, now = was or {}, now or {}
         keys = sorted(set(was) | set(now))
