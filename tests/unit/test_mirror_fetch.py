@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from kiln.app import main
-from kiln.artifacts.apt import PackageIndex, resolve
+from kiln.artifacts.apt import PackageIndex, installed_packages, resolve
 from kiln.artifacts.bundle import FetchError
 from kiln.artifacts.debversion import compare
 from kiln.artifacts.fetch import fetch_bundle
@@ -415,7 +415,7 @@ def test_what_a_node_has_installed_is_not_fetched_again():
         "Package: chrony\nStatus: install ok installed\nVersion: 4.6-3\n\n"
         "Package: gone\nStatus: deinstall ok config-files\nVersion: 1\n"
     )
-    installed = PackageIndex().add_installed(status)
+    installed = installed_packages(status)
     assert sorted(p.name for p in installed) == ["chrony", "libc6", "systemd"]
     found = resolve(index, [("slurmd", "24.11.5*"), ("chrony", "")], installed)
     # libc6 2.36 is older than slurmd needs: fetched; systemd meets the alternative; chrony stays

@@ -67,6 +67,27 @@ def stanzas(text: str) -> Iterable[dict[str, str]]:
         yield fields
 
 
+def _package(s: dict[str, str], url: str, sha256: str, size: int) -> Package:
+    """One stanza (of a Packages index or a dpkg status file) as a Package; KeyError when it
+    has no Package or Version."""
+    return Package(
+        name=s["Package"], version=s["Version"], architecture=s.get("Architecture", ""),
+        url=url, sha256=sha256, size=size,
+        depends=_relations(", ".join(s[k] for k in ("Pre-Depends", "Depends") if k in s)),
+        recommends=_relations(s.get("Recommends", "")),
+        provides=tuple((r[0], r[2] if r[1] == "=" else "")
+                       for g in _relations(s.get("Provides", "")) for r in g),
+    )  # fmt: skip
+
+
+def installed_packages(status_text: str) -> list[Package]:
+    """A node's installed packages, from its dpkg status file (/var/lib/dpkg/status): what
+    apt finds there already (no URL: nothing to fetch)."""
+    return [_package(s, "", "", 0) for s in stanzas(status_text)
+            if s.get("Status", "").endswith(" installed") and "Package" in s
+            and "Version" in s]  # fmt: skip
+
+
 def _relations(text: str) -> tuple[tuple[tuple[str, str, str], ...], ...]:
     groups = []
     for group in text.split(","):
@@ -97,20 +118,8 @@ class PackageIndex:
         base = base_url.rstrip("/") + "/"
         for s in stanzas(text):
             try:
-                package = Package(
-                    name=s["Package"], version=s["Version"],
-                    architecture=s.get("Architecture", ""),
-                    url=base + s["Filename"].lstrip("./"), sha256=s["SHA256"],
-                    size=int(s.get("Size", "0")),
-                    depends=_relations(", ".join(
-                        s[k] for k in ("Pre-Depends", "Depends") if k in s
-                    )),
-                    recommends=_relations(s.get("Recommends", "")),
-                    provides=tuple(
-                        (r[0], r[2] if r[1] == "=" else "")
-                        for g in _relations(s.get("Provides", "")) for r in g
-                    ),
-                )  # fmt: skip
+                package = _package(s, base + s["Filename"].lstrip("./"), s["SHA256"],
+                                   int(s.get("Size", "0")))  # fmt: skip
             except KeyError as missing:
                 raise AptIndexError(
                     f"{base_url}: package {s.get('Package', '?')} has no {missing} field"
@@ -119,22 +128,11 @@ class PackageIndex:
             for name, _ in package.provides:
                 self.providers.setdefault(name, []).append(package)
 
-    def add_installed(self, status_text: str) -> list[Package]:
-        """A node's installed packages, from its dpkg status file (/var/lib/dpkg/status):
-        what apt finds there already (no URL: nothing to fetch)."""
-        installed = []
-        for s in stanzas(status_text):
-            if not s.get("Status", "").endswith(" installed") or "Package" not in s:
-                continue
-            installed.append(Package(
-                name=s["Package"], version=s.get("Version", ""),
-                architecture=s.get("Architecture", ""), url="", sha256="", size=0,
-                depends=_relations(", ".join(s[k] for k in ("Pre-Depends", "Depends") if k in s)),
-                recommends=_relations(s.get("Recommends", "")),
-                provides=tuple((r[0], r[2] if r[1] == "=" else "")
-                               for g in _relations(s.get("Provides", "")) for r in g),
-            ))  # fmt: skip
-        return installed
+    def merge(self, other: PackageIndex) -> None:
+        """Another repository's packages beside these (one index per platform)."""
+        for mine, theirs in ((self.by_name, other.by_name), (self.providers, other.providers)):
+            for name, packages in theirs.items():
+                mine.setdefault(name, []).extend(packages)
 
     def newest(self, name: str, pattern: str = "") -> Package | None:
         """The newest version of `name` matching `pattern` (exact, or a glob); None if none."""
@@ -184,7 +182,7 @@ def resolve(
     package an earlier task installed without them, so this holds a little more than such an
     order installs, never less.
 
-    `installed` (a node's, PackageIndex.add_installed) is what apt finds on the node: a
+    `installed` (a node's, installed_packages) is what apt finds on the node: a
     wanted package installed at a version its pin allows is left as it is (the apt module's
     state=present), a relation an installed package meets takes nothing, and an installed
     package's Recommends are not followed (apt adds none to a package already there). Without

@@ -8,25 +8,21 @@ debs resolved there with their dependencies (kiln.artifacts.apt reads and resolv
 
 from __future__ import annotations
 
-import gzip
-import lzma
 from pathlib import Path
 
-from kiln.artifacts.apt import AptIndexError, IndexFile, PackageIndex, read_release, resolve
-from kiln.artifacts.bundle import Bundle, Download, FetchError, sha256_of
+from kiln.artifacts.apt import (
+    AptIndexError,
+    IndexFile,
+    PackageIndex,
+    installed_packages,
+    read_release,
+    resolve,
+)
+from kiln.artifacts.bundle import Bundle, Download, FetchError, index_bytes, sha256_of
 from kiln.artifacts.signatures import role_keys, verify_signature
 from kiln.mirror.layout import MirrorError
 
 DEB_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
-
-
-def _text(path: Path) -> str:
-    data = path.read_bytes()
-    if path.suffix == ".xz":
-        data = lzma.decompress(data)
-    elif path.suffix == ".gz":
-        data = gzip.decompress(data)
-    return data.decode("utf-8", errors="replace")
 
 
 def read_repository(
@@ -56,7 +52,7 @@ def read_repository(
         if not flat:
             _index_file(bundle, top, listed, f"{component}/i18n/Translation-en", url, flat)
         try:
-            index.add(_text(packages), base)
+            index.add(index_bytes(packages).decode("utf-8", errors="replace"), base)
         except AptIndexError as exc:
             raise FetchError(str(exc)) from None
     return index
@@ -111,13 +107,9 @@ def apt_packages(
         except (FetchError, MirrorError) as exc:
             failed.append(f"{where}: {exc}")
             continue
-        for name, packages in part.by_name.items():
-            index.by_name.setdefault(name, []).extend(packages)
-        for name, packages in part.providers.items():
-            index.providers.setdefault(name, []).extend(packages)
+        index.merge(part)
     wanted = [(a["name"], a.get("version", ""), a.get("recommends", True)) for a in debs]
-    have = PackageIndex().add_installed(bundle.installed.get(platform, ""))
-    found = resolve(index, wanted, have)
+    found = resolve(index, wanted, installed_packages(bundle.installed.get(platform, "")))
     bundle.packages[platform] = {p.name: p.version for p in found.packages}
     failed += [f"deb {why} ({platform})" for why in found.missing]
     return [Download(p.url, p.sha256, p.size, f"deb {p.name} {p.version}") for p in found.packages]

@@ -11,8 +11,11 @@ whatever stops the run; `bundle.json` lists exactly those.
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import hashlib
 import json
+import lzma
 import os
 import tempfile
 import urllib.error
@@ -68,6 +71,19 @@ def open_url(url: str) -> object:
     return urllib.request.urlopen(url, timeout=TIMEOUT)  # noqa: S310 - http(s) from the plan
 
 
+# How an index file is compressed, by its suffix (apt's Packages, dnf's repodata)
+_DECOMPRESS = {".gz": gzip.decompress, ".xz": lzma.decompress, ".bz2": bz2.decompress}
+
+
+def index_bytes(path: Path) -> bytes:
+    """An index file in the bundle, decompressed as its suffix says."""
+    data = path.read_bytes()
+    if path.suffix == ".zst":
+        raise FetchError(f"{path.name}: zstd-compressed, which this Python cannot read")
+    decompress = _DECOMPRESS.get(path.suffix)
+    return decompress(data) if decompress else data
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
@@ -94,11 +110,15 @@ class Bundle:
     def path_of(self, url: str) -> Path:
         return self.root / mirror_path(url)
 
+    def place(self, item: Download) -> str:
+        """Where `item` lies in the bundle, relative to its root."""
+        return item.path or mirror_path(item.url)
+
     def get(self, item: Download, on_bytes: Callable[[int, int], None] | None = None) -> bool:
         """The file in place and checked; True when it was downloaded now, False when a whole
         copy was already there. FetchError naming the file and its source if not."""
-        target = self.root / item.path if item.path else self.path_of(item.url)
-        relative = str(target.relative_to(self.root))
+        relative = self.place(item)
+        target = self.root / relative
         have = sha256_of(target) if target.is_file() else None  # read once, kept or not
         if have is not None and (not item.sha256 or have == item.sha256):
             self.files[relative] = {"url": item.url, "sha256": have,

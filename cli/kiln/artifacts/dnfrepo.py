@@ -12,28 +12,16 @@ requirements) is left to the node's own repositories and recorded as such in bun
 
 from __future__ import annotations
 
-import bz2
-import gzip
-import lzma
 from functools import partial
 from pathlib import Path
 
-from kiln.artifacts.bundle import Bundle, Download, FetchError, NotPublished
+from kiln.artifacts.bundle import Bundle, Download, FetchError, NotPublished, index_bytes
 from kiln.artifacts.rpm import RpmIndex, RpmIndexError, read_repomd, resolve
 from kiln.artifacts.signatures import role_keys, verify_rpm, verify_signature
 from kiln.mirror.layout import MirrorError
 
 # Copies dnf on RHEL 9 does not read: yum's sqlite databases and the zchunk variants.
 _SKIPPED_SUFFIXES = ("_db", "_zck")
-_DECOMPRESS = {".gz": gzip.decompress, ".xz": lzma.decompress, ".bz2": bz2.decompress}
-
-
-def _xml(path: Path) -> bytes:
-    data = path.read_bytes()
-    if path.suffix == ".zst":
-        raise FetchError(f"{path.name}: zstd-compressed, which this Python cannot read")
-    decompress = _DECOMPRESS.get(path.suffix)
-    return decompress(data) if decompress else data
 
 
 def read_dnf_repository(bundle: Bundle, url: str, keys: list[Path]) -> RpmIndex:
@@ -61,7 +49,7 @@ def read_dnf_repository(bundle: Bundle, url: str, keys: list[Path]) -> RpmIndex:
         bundle.get(item)
         if entry.kind == "primary":
             try:
-                index.add(_xml(bundle.path_of(item.url)), base)
+                index.add(index_bytes(bundle.path_of(item.url)), base)
             except RpmIndexError as exc:
                 raise FetchError(f"{url}: {exc}") from None
     if not any(entry.kind == "primary" for entry in listed):

@@ -30,7 +30,6 @@ still fetched.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from kiln.artifacts import wheels
@@ -99,13 +98,8 @@ def write_index_pages(bundle: Bundle) -> None:
     for index, found in sorted(bundle.indexes.items()):
         whole = [w for w in found if wheels.bundle_path(w.url) in bundle.files]
         for path, page in wheels.index_pages(index, whole).items():
-            data = page.encode("utf-8")
-            target = bundle.root / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
             url = f"{index.rstrip('/')}/{Path(path).parent.name}/"
-            digest = hashlib.sha256(data).hexdigest()
-            bundle.files[path] = {"url": url, "sha256": digest, "size": len(data)}
+            bundle.put(path, url, page.encode("utf-8"))
 
 
 def fetch_bundle(plan: dict, root: Path, progress: Progress | None = None,
@@ -132,7 +126,7 @@ def fetch_bundle(plan: dict, root: Path, progress: Progress | None = None,
             except (FetchError, MirrorError) as exc:
                 outcome.failed.append(str(exc))
                 continue
-            relative = item.path or str(bundle.path_of(item.url).relative_to(root))
+            relative = bundle.place(item)
             (outcome.fetched if now else outcome.kept).append(relative)
             outcome.bytes += bundle.files[relative]["size"] if now else 0
             if progress:
