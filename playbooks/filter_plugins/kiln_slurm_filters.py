@@ -1,9 +1,11 @@
 """Ansible filter shim: the Slurm version the slurm roles install and hold (kiln.profiles.slurm),
-the same answer `kiln validate` checked."""
+the same answer `kiln validate` checked; the sacctmgr reads and changes that keep the declared
+accounts (kiln.accounting), the same list `kiln plan --live` shows."""
 
+from kiln.accounting import FILTERS as ACCOUNTING_FILTERS
 from kiln.profiles.slurm import FILTERS
 
 
 class FilterModule:
     def filters(self):
-        return dict(FILTERS)
+        return {**FILTERS, **ACCOUNTING_FILTERS}

@@ -11,13 +11,15 @@ from rich.table import Table
 from kiln.commands._output import output_dir, writing
 from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
 from kiln.console import err, folded, out, print_json, safe
-from kiln.errors import ExitCode, InvalidInputError
+from kiln.errors import ExitCode, InvalidInputError, OperationFailed
 from kiln.inventory import require_valid
 from kiln.inventory.batches import BATCH_SIZE
 from kiln.plan import Plan, PlanOptions, make_plan, write_files
 from kiln.render.hostlist import compress
 
 if TYPE_CHECKING:  # kiln.provision reaches SSH and the runner: only on the path of --live
+    from kiln.accounting import Change
+    from kiln.inventory import Cluster
     from kiln.provision import Probed
 
 
@@ -82,6 +84,42 @@ def render_assessment(probed: Probed, *, detail: bool) -> None:
     out.print(table)
 
 
+def accounting_changes(cluster: Cluster) -> list[Change] | None:
+    """--live: the sacctmgr commands provision would run for kiln_slurm.accounting (None when
+    nothing is declared). A slurmdbd that does not answer yet is an empty database."""
+    declared = cluster.slurm.declared_accounting
+    if declared is None:
+        return None
+    from kiln.accounting import changes
+    from kiln.parsers.sacctmgr import Database
+    from kiln.slurmctl import held_accounting
+
+    try:
+        held = held_accounting(cluster)
+    except OperationFailed as error:
+        err.print(f"accounting: {error.message}; comparing with an empty database", highlight=False)
+        held = Database.empty()
+    return changes(declared, cluster.name, held)
+
+
+def render_accounting(cluster: Cluster, todo: list[Change] | None) -> None:
+    declared = cluster.slurm.declared_accounting
+    if declared is None:
+        return
+    counts = (
+        f"{len(declared.qos)} QoS, {len(declared.accounts)} account(s), "
+        f"{len(declared.users)} user(s) declared"
+    )
+    if todo is None:
+        out.print(f"Accounting: {counts}; `kiln plan --live` shows the sacctmgr changes")
+    elif not todo:
+        out.print(f"Accounting: {counts}; slurmdbd holds them as declared, nothing to change")
+    else:
+        out.print(f"Accounting: {counts}; {len(todo)} sacctmgr change(s), in order:")
+        for change in todo:
+            out.print(f"  {safe(change.describe())}", highlight=False)
+
+
 def plan(
     inventory: Annotated[Path, typer.Argument(help="Ansible inventory directory (or file).")],
     output: Annotated[
@@ -139,12 +177,14 @@ def plan(
     cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     result = make_plan(cluster, PlanOptions(batch_size=batch_size))
     probed = None
+    todo = None
     if live:  # kiln.drift: the plan narrowed to the node-stages that would run
         from kiln.provision import probe_plan
 
         probed = probe_plan(cluster, result)
         render_assessment(probed, detail=not json)
         result = probed.plan
+        todo = accounting_changes(cluster)
     changed: list[str] = []
     if output is not None:
         with writing(output):  # a file in the way, a read-only or full disk: exit 3 naming it
@@ -153,9 +193,12 @@ def plan(
         document = result.to_dict(changed)
         if probed is not None:
             document["drift"] = probed.assessment.to_dict()
+        if todo is not None:
+            document["accounting"] = [change.to_dict() for change in todo]
         print_json("plan", document)
     else:
         render(result, output, changed)
+        render_accounting(cluster, todo)
     if detailed_exitcode and changed:
         return int(ExitCode.CHANGES_PENDING)
     return int(ExitCode.OK)

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kiln.inventory.accounting_spec import Accounting, AccountingSpec
 from kiln.inventory.batches import BATCH_SIZE
 from kiln.inventory.health_spec import HealthSpec
 from kiln.inventory.ib_spec import IbSpec
@@ -156,7 +157,8 @@ class StateSpec(StrictModel):
 
 
 class SlurmSpec(StrictModel):
-    accounting: bool = Field(False, description="slurmdbd with MariaDB for job accounting")
+    # true/false, or a mapping that also declares what sacctmgr holds (docs/slurm.md)
+    accounting: Accounting = Field(False, description="slurmdbd with MariaDB for job accounting")
     source: Literal["distribution", "repository"] = Field(
         "distribution",
         description="where Slurm comes from: the nodes' OS release (the version it ships), or "
@@ -192,6 +194,14 @@ class SlurmSpec(StrictModel):
         if value is not None and not SAFE_TOKEN.match(value):
             raise ValueError("must be a path of letters, digits and . _ - / only")
         return value
+
+    @property
+    def accounting_on(self) -> bool:
+        return self.accounting is not False
+
+    @property
+    def declared_accounting(self) -> AccountingSpec | None:  # None: accounting: true/false
+        return self.accounting if isinstance(self.accounting, AccountingSpec) else None
 
     @model_validator(mode="after")
     def _topology_source(self) -> SlurmSpec:

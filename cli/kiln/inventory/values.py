@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel, ValidationError
 
+from kiln.inventory import accounting_spec
 from kiln.inventory.findings import FindingCollector, Origin, suggest
 from kiln.inventory.raw import Located, RawInventory
 from kiln.inventory.schema import ANSIBLE_SECRETS, KEYS, SAFE_TOKEN, PartitionSpec
@@ -27,7 +28,13 @@ TYPE_NAMES = {
     float: "a number",
 }
 # pydantic reports one error per member of an `int | str` union; the first tells enough.
-_UNION_MEMBERS = ("int", "str", "function-after[_batch_size(), str]")
+_UNION_MEMBERS = (
+    "int",
+    "str",
+    "function-after[_batch_size(), str]",
+    accounting_spec.SWITCH,
+    accounting_spec.DECLARED,
+)
 _WRONG_TYPE = {
     "int_type": int,
     "bool_type": bool,

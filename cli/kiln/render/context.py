@@ -73,6 +73,7 @@ def cluster_context(cluster: Cluster, fabric_switches: int | None = None) -> dic
     compute = cluster.compute
     leaves = switches(compute)
     plugin = bool(leaves) if fabric_switches is None else fabric_switches > 0
+    declared = cluster.slurm.declared_accounting
     return {
         "kiln": {
             "cluster_name": cluster.name,
@@ -92,7 +93,8 @@ def cluster_context(cluster: Cluster, fabric_switches: int | None = None) -> dic
             "leaf_switches": leaves,
             "topology_plugin": plugin,
             "has_gpus": any(node.has_gpus for node in compute),
-            "accounting": cluster.slurm.accounting,
+            "accounting": cluster.slurm.accounting_on,
+            "accounting_enforce": ",".join(declared.enforce) if declared else "",
             "cgroup": cluster.slurm.cgroup,
             "imex": cluster.slurm.imex,
             "slurm_version": cluster.versions.slurm,

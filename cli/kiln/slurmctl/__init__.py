@@ -4,6 +4,7 @@
     result = resume(cluster, nodes, force=False)         # resumes `kiln drain`'s drains only
     status = cluster_status(cluster)                     # ClusterStatus: inventory vs Slurm
     found = inspect_node(cluster, node)                  # Inspection: declared vs shown
+    held = held_accounting(cluster)                      # what sacctmgr shows (kiln.accounting)
     ctl = Controller(cluster, root=True)                 # burn-in: reservations, sbatch, squeue
 
 Command lines are built in `commands` with shlex.quote; node state and drain reasons are read
@@ -14,6 +15,7 @@ here prints.
 
 from __future__ import annotations
 
+from kiln.slurmctl.accounts import held_accounting
 from kiln.slurmctl.inspect import Inspection, inspect_node
 from kiln.slurmctl.ops import NodeChange, OpResult, drain, resume
 from kiln.slurmctl.remote import Controller
@@ -29,6 +31,7 @@ __all__ = [
     "OpResult",
     "cluster_status",
     "drain",
+    "held_accounting",
     "inspect_node",
     "resume",
 ]
