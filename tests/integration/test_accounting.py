@@ -1,9 +1,11 @@
-"""Accounting on the sandbox: kiln_slurm.accounting brings up slurmdbd with MariaDB.
+"""Accounting on the sandbox: kiln_slurm.accounting brings up slurmdbd with MariaDB and keeps
+the declared QoS, accounts, users and limits in it (#31).
 
-Switches accounting on in a copy of the sandbox inventory, checks that the cluster is registered,
-that a job shows in `sacct`, that the database password stays on the controller and out of the
-run record, that a second apply changes nothing, and switches it off again (the default cluster
-the other tests expect).
+Declares accounting in a copy of the sandbox inventory, checks that the cluster is registered,
+that a job shows in `sacct`, that `sacctmgr` holds what is declared and Slurm enforces it (a
+job over the account's GrpTRES pends with AssocGrpNodeLimit), that the database password stays
+on the controller and out of the run record, that a second apply changes nothing, and switches
+accounting off again (the default cluster the other tests expect).
 """
 
 from __future__ import annotations
@@ -27,6 +29,24 @@ KILN = str(Path(sys.executable).parent / "kiln")
 CONTROLLER = config.CONTROLLER
 NODES = [config.node_name(1), config.node_name(2)]
 PASSWORD_FILE = "/var/lib/kiln/slurmdbd-db-password"
+USER = "kilnacct"  # a login on every node (sites have LDAP), made before sacctmgr names it
+DECLARED = {
+    "qos": {"long": {"priority": 10, "max_wall": "3-00:00:00", "max_jobs_per_user": 4}},
+    "accounts": {
+        "research": {"fairshare": 10, "grp_tres": {"node": 1}, "description": "Research"},
+        "vision": {"parent": "research", "max_wall": "12:00:00", "qos": ["long", "normal"]},
+    },
+    "users": {USER: {"accounts": ["vision", "research"], "fairshare": 5}},
+}
+# `sacctmgr show association cluster=sandbox wopl format=Account,User,ParentName,Fairshare,
+# GrpTRES,MaxWall,QOS`: what DECLARED is in Slurm's own words (QOS sorted, MaxWall D-HH:MM:SS).
+EXPECTED_ASSOCIATIONS = {
+    "root||",  # Slurm's own, with its user root
+    "research||root|10|node=1||",
+    "vision||research|1||12:00:00|long,normal",
+    f"research|{USER}||5|||",
+    f"vision|{USER}||5|||",
+}
 
 
 def on(container: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -80,12 +100,52 @@ def files_containing(root: Path, needle: bytes) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
 
 
-def test_accounting_on_records_jobs_and_keeps_the_password_private(provisioned_sandbox, tmp_path):
+def associations(cluster: str) -> set[str]:
+    columns = "format=Account,User,ParentName,Fairshare,GrpTRES,MaxWall,QOS"
+    shown = on(
+        CONTROLLER, "sacctmgr", "--noheader", "--parsable2", "show", "association",
+        f"cluster={cluster}", "wopl", columns,
+    ).stdout.splitlines()  # fmt: skip
+    # root's rows carry Slurm's defaults; the declared ones are compared whole
+    return {"root||" if line.startswith("root|") else line for line in shown}
+
+
+def pending_reason(job: str, timeout: float = 90) -> str:
+    """The reason Slurm gives for the pending job once the scheduler has looked at it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reason = on(CONTROLLER, "squeue", "-h", "-j", job, "-o", "%r").stdout.strip()
+        if reason.startswith("Assoc") or time.monotonic() > deadline:
+            return reason
+        time.sleep(2)
+
+
+def submit_as_user(account: str) -> str:
+    proc = on(
+        CONTROLLER, "su", "-", USER, "-c",
+        f"sbatch --parsable -A {account} -N1 -o /dev/null --wrap 'sleep 300'",
+    )  # fmt: skip
+    return proc.stdout.strip().split(";")[0]
+
+
+@pytest.fixture
+def login_on_every_node():
+    for container in [CONTROLLER, *NODES]:
+        on(container, "useradd", "--create-home", "--uid", "2471", USER, check=False)
+    yield USER
+    on(CONTROLLER, "scancel", "-u", USER, check=False)
+    for container in [CONTROLLER, *NODES]:
+        on(container, "userdel", "--remove", USER, check=False)
+
+
+def test_accounting_records_jobs_enforces_the_declared_limits_and_keeps_the_password_private(
+    provisioned_sandbox, tmp_path, login_on_every_node
+):
     inventory = tmp_path / "inventory"
     shutil.copytree(provisioned_sandbox.inventory, inventory)
     group_vars = inventory / "group_vars" / "all.yml"
     settings = yaml.safe_load(group_vars.read_text())
-    settings["kiln_slurm"] = {**(settings.get("kiln_slurm") or {}), "accounting": True}
+    settings["kiln_slurm"] = {**(settings.get("kiln_slurm") or {}), "accounting": DECLARED}
     group_vars.write_text(yaml.safe_dump(settings, sort_keys=False))
     cluster = settings.get("kiln_cluster_name", "kiln")
     state = tmp_path / "state"
@@ -119,6 +179,14 @@ def test_accounting_on_records_jobs_and_keeps_the_password_private(provisioned_s
         )
         assert sorted(ran.stdout.split()) == NODES
         assert sacct_state(job_name) == "COMPLETED"
+
+        # What is declared is what sacctmgr holds, and Slurm enforces it: the account may use
+        # one node at a time, so the user's second one-node job waits on the account's limit.
+        assert associations(cluster) == EXPECTED_ASSOCIATIONS
+        first = submit_as_user("research")
+        second = submit_as_user("vision")  # vision is below research: research's limit holds
+        assert pending_reason(second) == "AssocGrpNodeLimit", (first, second)
+        on(CONTROLLER, "scancel", first, second)
 
         # The password: made on the controller, root-only there, 0600 slurm:slurm in
         # slurmdbd.conf, on no compute node and nowhere in the run record or kiln's output.

@@ -2,7 +2,9 @@
 
 The flags are the ones that work on a cgroup v1 host where `--privileged` fails with
 "unable to apply caps": SYS_ADMIN, no seccomp filter, the host's cgroup tree read-write and
-tmpfs on /run and /run/lock.
+tmpfs on /run and /run/lock. SYS_NICE is what a real host's root has and Docker's does not:
+slurmstepd binds a user's tasks to CPUs (task/affinity), which without it fails every job but
+root's ("task_g_set_affinity: Operation not permitted", "Slurmd could not execve job").
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from kiln.errors import OperationFailed
 from kiln.sandbox.config import GATEWAY, INSTANCE, LABEL, NETWORK, ROLE_LABEL, SUBNET, Node
 from kiln.sandbox.docker import docker
 
+CAPABILITIES = ("SYS_ADMIN", "SYS_NICE")
 SYSTEMD_FLAGS = (
-    "--cap-add", "SYS_ADMIN",
+    *(flag for cap in CAPABILITIES for flag in ("--cap-add", cap)),
     "--security-opt", "seccomp=unconfined",
     "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
     "--tmpfs", "/run",
@@ -35,6 +38,7 @@ class ContainerState:
     state: str  # docker's: running, exited, created, ... or "absent"
     image_id: str  # what it runs, as an image ID, so a rebuilt tag is noticed
     role: str
+    capabilities: tuple[str, ...] = CAPABILITIES  # added to Docker's defaults
 
 
 def network_create_command(internal: bool = False) -> list[str]:
@@ -98,6 +102,9 @@ def containers() -> list[ContainerState]:
                 state=info["State"]["Status"],
                 image_id=info["Image"],
                 role=info["Config"]["Labels"].get(ROLE_LABEL, ""),
+                capabilities=tuple(
+                    cap.removeprefix("CAP_") for cap in info["HostConfig"].get("CapAdd") or ()
+                ),
             )
         )
     return sorted(found, key=lambda c: (c.role != "controller", c.name))
@@ -110,7 +117,12 @@ def image_id(tag: str) -> str:
 def ensure_container(node: Node, image: str, existing: ContainerState | None) -> str:
     """Start `node`, reusing a container of the same image. Returns what was done."""
     if existing is not None:
-        if existing.image_id == image_id(image) and existing.address in (node.address, ""):
+        same_flags = set(CAPABILITIES) <= set(existing.capabilities)  # made by an older kiln?
+        if (
+            same_flags
+            and existing.image_id == image_id(image)
+            and existing.address in (node.address, "")
+        ):
             if existing.state == "running":
                 return "reused"
             docker(["start", node.name])
