@@ -112,3 +112,19 @@ def provisioned_sandbox(sandbox, tmp_path_factory) -> Provisioned:
     )
     assert burnin["passed"] is True, burnin
     return Provisioned(sandbox.inventory, state, summary, burnin)
+
+
+LOGIN = "kilnacct"  # a user's login, as LDAP gives every node one at a site
+
+
+@pytest.fixture
+def login_on_every_node(sandbox):
+    """LOGIN (uid 2471) on the controller and every node for the test, removed afterwards with
+    its jobs: what a user's job runs as."""
+    names = [node.name for node in sandbox.nodes]  # the controller first
+    for name in names:
+        run_docker("exec", name, "useradd", "--create-home", "--uid", "2471", LOGIN, check=False)
+    yield LOGIN
+    run_docker("exec", config.CONTROLLER, "scancel", "-u", LOGIN, check=False)
+    for name in names:
+        run_docker("exec", name, "userdel", "--remove", LOGIN, check=False)

@@ -23,13 +23,15 @@ import yaml
 
 from kiln.sandbox import config
 
+from .conftest import LOGIN
+
 pytestmark = pytest.mark.integration
 
 KILN = str(Path(sys.executable).parent / "kiln")
 CONTROLLER = config.CONTROLLER
 NODES = [config.node_name(1), config.node_name(2)]
 PASSWORD_FILE = "/var/lib/kiln/slurmdbd-db-password"
-USER = "kilnacct"  # a login on every node (sites have LDAP), made before sacctmgr names it
+USER = LOGIN  # a login on every node (sites have LDAP), made before sacctmgr names it
 DECLARED = {
     "qos": {"long": {"priority": 10, "max_wall": "3-00:00:00", "max_jobs_per_user": 4}},
     "accounts": {
@@ -126,16 +128,6 @@ def submit_as_user(account: str) -> str:
         f"sbatch --parsable -A {account} -N1 -o /dev/null --wrap 'sleep 300'",
     )  # fmt: skip
     return proc.stdout.strip().split(";")[0]
-
-
-@pytest.fixture
-def login_on_every_node():
-    for container in [CONTROLLER, *NODES]:
-        on(container, "useradd", "--create-home", "--uid", "2471", USER, check=False)
-    yield USER
-    on(CONTROLLER, "scancel", "-u", USER, check=False)
-    for container in [CONTROLLER, *NODES]:
-        on(container, "userdel", "--remove", USER, check=False)
 
 
 def test_accounting_records_jobs_enforces_the_declared_limits_and_keeps_the_password_private(

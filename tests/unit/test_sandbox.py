@@ -125,9 +125,11 @@ def test_run_command_boots_systemd_with_the_flags_that_work_without_privileged()
         "--ip", "172.31.250.11",
         "--label", "kiln.sandbox=kiln",
         "--label", "kiln.sandbox.role=compute",
+        "--label", f"kiln.sandbox.flags={cluster.FLAGS_DIGEST}",
         "--cap-add", "SYS_ADMIN",
         "--cap-add", "SYS_NICE",
         "--security-opt", "seccomp=unconfined",
+        "--security-opt", "systempaths=unconfined",
         "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
         "--tmpfs", "/run",
         "--tmpfs", "/run/lock",
@@ -193,22 +195,20 @@ def test_an_air_gapped_sandbox_has_an_internal_network_and_a_mirror_serving_the_
     assert result.cluster.mirror.url == "http://172.31.250.5:8080" and result.cluster.mirror.offline
 
 
-def test_a_container_made_without_sys_nice_is_recreated_not_reused(monkeypatch) -> None:
-    # Made by an older kiln: its users' jobs cannot be bound to CPUs (task/affinity), so it
-    # is replaced rather than reused; one with every capability is reused.
+def test_a_container_made_with_other_flags_is_recreated_not_reused(monkeypatch) -> None:
+    # Made by an older kiln (without SYS_NICE, its users' jobs could not be bound to CPUs):
+    # replaced rather than reused; one made with today's flags is reused.
     calls: list[list[str]] = []
     monkeypatch.setattr(cluster, "docker", lambda argv, **_: calls.append(argv))
     monkeypatch.setattr(cluster, "image_id", lambda tag: "sha256:same")
     node = config.Node("kiln-node01", "172.31.250.11", "compute")
     old = cluster.ContainerState(
-        node.name, node.address, "running", "sha256:same", "compute", ("SYS_ADMIN",)
+        node.name, node.address, "running", "sha256:same", "compute", flags=""
     )
     assert cluster.ensure_container(node, "kiln-node:abc", old) == "recreated"
     assert calls[0] == ["rm", "--force", node.name]
     assert "SYS_NICE" in calls[1]
-    current = cluster.ContainerState(
-        node.name, node.address, "running", "sha256:same", "compute", ("SYS_ADMIN", "SYS_NICE")
-    )
+    current = cluster.ContainerState(node.name, node.address, "running", "sha256:same", "compute")
     calls.clear()
     assert cluster.ensure_container(node, "kiln-node:abc", current) == "reused"
     assert calls == []

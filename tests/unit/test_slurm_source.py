@@ -69,7 +69,11 @@ def test_the_table_knows_what_each_supported_release_ships():
     }
     assert all(entry.source.startswith("https://") for entry in table.distribution.values())
     introduced = {name: f.introduced for name, f in table.conf_features.items()}
-    assert introduced == {"topology/block": "23.11", "switch/nvidia_imex": "24.05"}
+    assert introduced == {
+        "oci.conf/MountSpoolDir": "23.02",
+        "topology/block": "23.11",
+        "switch/nvidia_imex": "24.05",
+    }
 
 
 @pytest.mark.parametrize(

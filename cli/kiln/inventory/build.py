@@ -7,6 +7,7 @@ Defaults come from the schema (kiln.inventory.schema) and the host's hardware pr
 
 from __future__ import annotations
 
+from kiln.inventory.containers_spec import ContainersSpec
 from kiln.inventory.context import COMPUTE, CONTROLLERS, InventoryContext
 from kiln.inventory.health_spec import HealthSpec
 from kiln.inventory.mirror_spec import MirrorSpec
@@ -39,6 +40,7 @@ def build_cluster(ctx: InventoryContext) -> Cluster:
         state=ctx.cluster_value("kiln_state", StateSpec())[0],
         health=ctx.cluster_value("kiln_health", HealthSpec())[0],
         monitoring=ctx.cluster_value("kiln_monitoring", MonitoringSpec())[0],
+        containers=ctx.cluster_value("kiln_containers", ContainersSpec())[0],
         mirror=ctx.cluster_value("kiln_mirror", MirrorSpec())[0],
         fabric=capture.fabric if capture else None,
     )

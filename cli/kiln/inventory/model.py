@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf
 
+from kiln.inventory.containers_spec import ContainersSpec
 from kiln.inventory.health_spec import HealthSpec
 from kiln.inventory.mirror_spec import MirrorSpec
 from kiln.inventory.monitoring_spec import MonitoringSpec
@@ -84,6 +85,7 @@ class Cluster(BaseModel):
     health: HealthSpec = Field(default_factory=HealthSpec)
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
     mirror: MirrorSpec = Field(default_factory=MirrorSpec)
+    containers: ContainersSpec = Field(default_factory=ContainersSpec)
     # The stored capture of kiln_slurm.topology: fabric, parsed once while validating;
     # topology.conf is rendered from it (kiln.fabric.topology.topology_from_capture).
     fabric: InstanceOf[IbFabric] | None = Field(default=None, repr=False, exclude=True)

@@ -1,11 +1,14 @@
-"""kiln_slurm.repository: a site's repository of Slurm packages at an exact version."""
+"""kiln_slurm: Slurm's options (SlurmSpec), and kiln_slurm.repository, a site's repository of
+Slurm packages at an exact version."""
 
 from __future__ import annotations
 
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from kiln.inventory.accounting_spec import Accounting, AccountingSpec
 
 _URL = r"^https?://[A-Za-z0-9._~:/%+@=-]+$"
 _TOKEN = re.compile(r"^[A-Za-z0-9._:/@%+,=-]+$")
@@ -40,3 +43,65 @@ class SlurmRepositorySpec(BaseModel):
             if not _TOKEN.match(item):
                 raise ValueError(f"component {item!r} must be one plain token")
         return value
+
+
+class SlurmSpec(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    # true/false, or a mapping that also declares what sacctmgr holds (docs/slurm.md)
+    accounting: Accounting = Field(False, description="slurmdbd with MariaDB for job accounting")
+    source: Literal["distribution", "repository"] = Field(
+        "distribution",
+        description="where Slurm comes from: the nodes' OS release (the version it ships), or "
+        "`repository` (SchedMD-built packages at the exact kiln_versions.slurm)",
+    )
+    repository: SlurmRepositorySpec | None = Field(
+        None, description="the repository of source: repository (url, key_url, suite)"
+    )
+    imex: bool = Field(
+        False, description="SwitchType=switch/nvidia_imex: IMEX channels per job (Slurm 24.05+)"
+    )
+    cgroup: bool = Field(
+        True,
+        description="confine jobs with cgroups (off in containers, whose cgroups are the host's)",
+    )
+    quarantine_new_nodes: bool = Field(
+        True, description="new nodes join drained until burn-in passes"
+    )
+    topology: Literal["racks", "fabric"] = Field(
+        "racks",
+        description="topology.conf from the inventory's racks and leaf switches, or from the "
+        "fabric as a stored ibnetdiscover capture shows it",
+    )
+    ibnetdiscover_file: str | None = Field(
+        None,
+        description="ibnetdiscover output, relative to the inventory directory (topology: fabric)",
+    )
+
+    @field_validator("ibnetdiscover_file")
+    @classmethod
+    def _safe_path(cls, value: str | None) -> str | None:
+        # It lands in topology.conf's header and in messages: one plain token.
+        if value is not None and not _TOKEN.match(value):
+            raise ValueError("must be a path of letters, digits and . _ - / only")
+        return value
+
+    @property
+    def accounting_on(self) -> bool:
+        return self.accounting is not False
+
+    @property
+    def declared_accounting(self) -> AccountingSpec | None:  # None: accounting: true/false
+        return self.accounting if isinstance(self.accounting, AccountingSpec) else None
+
+    @model_validator(mode="after")
+    def _topology_source(self) -> SlurmSpec:
+        if self.source == "repository" and self.repository is None:
+            raise ValueError("source repository needs repository (url and key_url)")
+        if self.source == "distribution" and self.repository is not None:
+            raise ValueError("repository is set but source is distribution")
+        if self.topology == "fabric" and not self.ibnetdiscover_file:
+            raise ValueError("topology fabric needs ibnetdiscover_file (a stored capture)")
+        if self.topology == "racks" and self.ibnetdiscover_file:
+            raise ValueError("ibnetdiscover_file is set but topology is racks")
+        return self

@@ -40,6 +40,13 @@ STAGES: tuple[Stage, ...] = (
     Stage("infiniband", "infiniband.yml", "rdma stack, IPoIB, subnet manager, link checks"),
     Stage("nccl", "nccl.yml", "NCCL and nccl-tests", ("kiln_compute",)),
     Stage("slurm", "slurm.yml", "munge, slurmdbd when accounting is on, slurmctld, slurmd, GRES"),
+    Stage(
+        "containers",
+        "containers.yml",
+        "containers in jobs: crun, oci.conf, images unpacked as OCI bundles",
+        ("kiln_compute",),
+        switch="containers",
+    ),
     Stage("power", "power.yml", "persistence mode, power limits, clocks", ("kiln_compute",)),
     Stage(
         "monitoring",

@@ -29,9 +29,10 @@ class ShippedSlurm(Model):
 
 
 class ConfFeature(Model):
-    line: str  # what kiln writes into slurm.conf
+    line: str  # what kiln writes into slurm.conf (or oci.conf)
     introduced: Dotted  # the first Slurm release that takes it
     source: str
+    refused_by: str = "slurmctld would refuse slurm.conf"  # what happens with an older one
 
 
 class SlurmProblem(Model):
@@ -130,7 +131,7 @@ def conf_problems(release: str, features: Iterable[str]) -> list[tuple[str, Slur
                     name,
                     SlurmProblem(
                         message=f"{feature.line} needs Slurm {feature.introduced} or newer; "
-                        f"the cluster's Slurm is {release}: slurmctld would refuse slurm.conf",
+                        f"the cluster's Slurm is {release}: {feature.refused_by}",
                         hint=f"declare Slurm {feature.introduced} or newer "
                         "(kiln_versions.slurm, from a source that has it), or leave it off",
                     ),

@@ -5,10 +5,15 @@ The flags are the ones that work on a cgroup v1 host where `--privileged` fails 
 tmpfs on /run and /run/lock. SYS_NICE is what a real host's root has and Docker's does not:
 slurmstepd binds a user's tasks to CPUs (task/affinity), which without it fails every job but
 root's ("task_g_set_affinity: Operation not permitted", "Slurmd could not execve job").
+systempaths=unconfined leaves /proc unmasked, as on a host: a rootless container in a job
+(crun under Slurm's OCI support) may then mount its own procfs, which the kernel refuses while
+parts of the outer /proc are covered. A container keeps the flags it was made with: one made
+with other flags (an older kiln's) is recreated, not reused (FLAGS_LABEL).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import time
@@ -19,16 +24,19 @@ from kiln.errors import OperationFailed
 from kiln.sandbox.config import GATEWAY, INSTANCE, LABEL, NETWORK, ROLE_LABEL, SUBNET, Node
 from kiln.sandbox.docker import docker
 
-CAPABILITIES = ("SYS_ADMIN", "SYS_NICE")
 SYSTEMD_FLAGS = (
-    *(flag for cap in CAPABILITIES for flag in ("--cap-add", cap)),
+    "--cap-add", "SYS_ADMIN",
+    "--cap-add", "SYS_NICE",
     "--security-opt", "seccomp=unconfined",
+    "--security-opt", "systempaths=unconfined",
     "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
     "--tmpfs", "/run",
     "--tmpfs", "/run/lock",
 )  # fmt: skip
 SYSTEMD_COMMAND = "/lib/systemd/systemd"
 READY_STATES = ("running", "degraded")
+FLAGS_LABEL = "kiln.sandbox.flags"
+FLAGS_DIGEST = hashlib.sha256("\0".join(SYSTEMD_FLAGS).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -38,7 +46,7 @@ class ContainerState:
     state: str  # docker's: running, exited, created, ... or "absent"
     image_id: str  # what it runs, as an image ID, so a rebuilt tag is noticed
     role: str
-    capabilities: tuple[str, ...] = CAPABILITIES  # added to Docker's defaults
+    flags: str = FLAGS_DIGEST  # FLAGS_DIGEST of the flags it was made with
 
 
 def network_create_command(internal: bool = False) -> list[str]:
@@ -64,6 +72,7 @@ def run_command(node: Node, image: str) -> list[str]:
         "--ip", node.address,
         "--label", f"{LABEL}={INSTANCE}",
         "--label", f"{ROLE_LABEL}={node.role}",
+        "--label", f"{FLAGS_LABEL}={FLAGS_DIGEST}",
         *SYSTEMD_FLAGS,
         "--stop-signal", "SIGRTMIN+3",
         "--env", "container=docker",
@@ -102,9 +111,7 @@ def containers() -> list[ContainerState]:
                 state=info["State"]["Status"],
                 image_id=info["Image"],
                 role=info["Config"]["Labels"].get(ROLE_LABEL, ""),
-                capabilities=tuple(
-                    cap.removeprefix("CAP_") for cap in info["HostConfig"].get("CapAdd") or ()
-                ),
+                flags=info["Config"]["Labels"].get(FLAGS_LABEL, ""),
             )
         )
     return sorted(found, key=lambda c: (c.role != "controller", c.name))
@@ -117,9 +124,8 @@ def image_id(tag: str) -> str:
 def ensure_container(node: Node, image: str, existing: ContainerState | None) -> str:
     """Start `node`, reusing a container of the same image. Returns what was done."""
     if existing is not None:
-        same_flags = set(CAPABILITIES) <= set(existing.capabilities)  # made by an older kiln?
         if (
-            same_flags
+            existing.flags == FLAGS_DIGEST
             and existing.image_id == image_id(image)
             and existing.address in (node.address, "")
         ):

@@ -3,6 +3,7 @@ platform, and slurm.conf holds nothing that version lacks (kiln.profiles.slurm's
 
 from __future__ import annotations
 
+from kiln.inventory.containers_spec import ContainersSpec
 from kiln.inventory.context import InventoryContext
 from kiln.inventory.findings import FindingCollector, Origin
 from kiln.inventory.resolve import ResolvedHost
@@ -55,25 +56,34 @@ def slurm_conf_fits_the_release(ctx: InventoryContext, out: FindingCollector) ->
     if slurm is None:
         return
     releases = {effective_release(declared, slurm.source, platform) for platform in _platforms(ctx)}
-    features = _conf_features(slurm)
+    features = _conf_features(ctx, slurm)
     for release in sorted(r for r in releases if r is not None):
         for name, problem in conf_problems(release, features):
+            key, field = _FEATURE_KEYS[name]
             out.error(
                 problem.message,
-                origin=ctx.written_at("kiln_slurm", _FEATURE_KEYS[name])
-                or ctx.written_at("kiln_versions", "slurm"),
-                key=f"kiln_slurm.{_FEATURE_KEYS[name]}",
+                origin=ctx.written_at(key, field) or ctx.written_at("kiln_versions", "slurm"),
+                key=f"{key}.{field}",
                 hint=problem.hint,
             )
 
 
 # The inventory key that makes kiln write each feature of the table.
-_FEATURE_KEYS = {"switch/nvidia_imex": "imex", "topology/block": "topology"}
+_FEATURE_KEYS = {
+    "switch/nvidia_imex": ("kiln_slurm", "imex"),
+    "topology/block": ("kiln_slurm", "topology"),
+    "oci.conf/MountSpoolDir": ("kiln_containers", "runtime"),
+}
 
 
-def _conf_features(slurm: SlurmSpec) -> list[str]:
-    """The table's slurm.conf features kiln writes for these settings (templates/slurm.conf.j2)."""
-    return ["switch/nvidia_imex"] if slurm.imex else []
+def _conf_features(ctx: InventoryContext, slurm: SlurmSpec) -> list[str]:
+    """The table's features kiln writes for these settings (templates/slurm.conf.j2, the
+    containers role's oci.conf)."""
+    containers, _ = ctx.cluster_value("kiln_containers", ContainersSpec())
+    features = ["switch/nvidia_imex"] if slurm.imex else []
+    if containers.enabled and containers.runtime == "oci":
+        features.append("oci.conf/MountSpoolDir")
+    return features
 
 
 def _declared(ctx: InventoryContext) -> tuple[str | None, SlurmSpec | None]:

@@ -1,0 +1,154 @@
+"""kiln_containers: containers in jobs (the containers stage, docs/containers.md, issue 31).
+
+runtime oci: Slurm's own OCI support (`srun --container=BUNDLE`): crun, skopeo and umoci from
+the OS's packages, oci.conf beside slurm.conf, and each declared image unpacked as an OCI bundle
+on every compute node at <bundle_dir>/<registry>/<repository>/<tag>.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from kiln.inventory.mirror_spec import IMAGE_REFERENCE
+
+_PATH = re.compile(r"^/[A-Za-z0-9._/-]+$")
+_REGISTRY = re.compile(r"^[a-z0-9.-]+(:\d+)?$")
+
+# The key as the schema's catalogue lists it (kiln.inventory.schema.KEYS).
+CONTAINERS_KEY = (
+    "kiln_containers",
+    "cluster",
+    "ContainersSpec",
+    "containers in jobs: Slurm's OCI support with crun, or enroot and pyxis (docs/containers.md)",
+    "off",
+)
+REGISTRY_PASSWORD_KEY = (
+    "kiln_registry_password",
+    "cluster",
+    "secret",
+    "the password of kiln_containers.login (ansible-vault only)",
+    "none",
+)
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class RegistryLogin(_Spec):
+    registry: str = Field(description="the registry host, e.g. nvcr.io")
+    username: str = Field(description="the user name (nvcr.io: $oauthtoken)")
+
+    @field_validator("registry")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        if not _REGISTRY.match(value):
+            raise ValueError(f"{value!r} is not a registry host[:port]")
+        return value
+
+    @field_validator("username")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        if not re.match(r"^[$A-Za-z0-9._@-]+$", value):
+            raise ValueError("must be letters, digits and $ . _ @ - only")
+        return value
+
+
+class ContainersSpec(_Spec):
+    enabled: bool = Field(False, description="the containers stage runs (kiln plan shows it)")
+    # pyxis (enroot and pyxis, built against the installed Slurm) is the other runtime sites
+    # use; kiln does not install it yet (docs/containers.md says why): oci only for now.
+    runtime: Literal["oci"] = Field("oci", description="oci: Slurm's own with crun")
+    images: list[str] = Field(
+        default_factory=list,
+        description="images made ready on every compute node (oci: as bundles), with their "
+        "registry and a tag or digest, e.g. nvcr.io/nvidia/pytorch:24.05-py3",
+    )
+    insecure_registries: list[str] = Field(
+        default_factory=list, description="registries reached over plain HTTP (host:port)"
+    )
+    bundle_dir: str = Field(
+        "/var/lib/kiln/containers", description="where the OCI bundles are unpacked (oci)"
+    )
+    login: RegistryLogin | None = Field(
+        None, description="a registry login; its password is kiln_registry_password (vault)"
+    )
+
+    @field_validator("images")
+    @classmethod
+    def _references(cls, value: list[str]) -> list[str]:
+        for reference in value:
+            match = IMAGE_REFERENCE.match(reference)
+            if match is None or not (match["tag"] or match["digest"]):
+                raise ValueError(
+                    f"{reference!r} is not an image reference with its registry and a tag or "
+                    "digest (nvcr.io/nvidia/pytorch:24.05-py3)"
+                )
+        return value
+
+    @field_validator("insecure_registries")
+    @classmethod
+    def _registries(cls, value: list[str]) -> list[str]:
+        for registry in value:
+            if not _REGISTRY.match(registry):
+                raise ValueError(f"{registry!r} is not a registry host[:port]")
+        return value
+
+    @field_validator("bundle_dir")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not _PATH.match(value) or "/../" in f"{value}/":
+            raise ValueError("must be an absolute path of plain characters")
+        return value
+
+
+def bundle_path(bundle_dir: str, reference: str) -> str:
+    """Where an image's OCI bundle lies on a node: <bundle_dir>/<registry>/<repository>/<tag or
+    digest> ('nvcr.io/nvidia/pytorch:24.05-py3' -> '.../nvcr.io/nvidia/pytorch/24.05-py3')."""
+    match = IMAGE_REFERENCE.match(reference)
+    if match is None:
+        raise ValueError(f"{reference!r} is not an image reference")
+    version = match["digest"].replace(":", "-") if match["digest"] else match["tag"]
+    return f"{bundle_dir}/{match['host']}/{match['repository']}/{version}"
+
+
+def image_registry(reference: str) -> str:
+    """The registry host[:port] an image reference names."""
+    match = IMAGE_REFERENCE.match(reference)
+    if match is None:
+        raise ValueError(f"{reference!r} is not an image reference")
+    return match["host"]
+
+
+def image_pinned(reference: str, digest: str) -> str:
+    """The reference by digest ('nvcr.io/nvidia/pytorch:24.05-py3', 'sha256:...' ->
+    'nvcr.io/nvidia/pytorch@sha256:...'): what a pull names so a moved tag cannot slip in."""
+    match = IMAGE_REFERENCE.match(reference)
+    if match is None or not re.match(r"^sha256:[0-9a-f]{64}$", digest):
+        raise ValueError(f"cannot pin {reference!r} to {digest!r}")
+    if match["digest"] and match["digest"] != digest:
+        raise ValueError(f"{reference!r} is pinned to another digest than the registry's {digest}")
+    return f"{match['host']}/{match['repository']}@{digest}"
+
+
+def rootless_bundle_config(config: dict) -> dict:
+    """An unpacked image's runtime configuration as Slurm's rootless crun can run it: mount
+    options naming a group id dropped (devpts' gid=5, tty: no group but the user's is mapped in
+    a rootless container's user namespace, and the mount fails with EINVAL)."""
+    mounts = [
+        {**mount, "options": [o for o in mount.get("options", []) if not o.startswith("gid=")]}
+        for mount in config.get("mounts", [])
+    ]
+    return {**config, "mounts": mounts}
+
+
+# The containers role's filters (playbooks/filter_plugins/kiln_filters.py).
+FILTERS = {
+    "kiln_bundle_path": bundle_path,
+    "kiln_image_registry": image_registry,
+    "kiln_image_pinned": image_pinned,
+    "kiln_rootless_bundle_config": rootless_bundle_config,
+}
