@@ -12,12 +12,14 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from kiln.artifacts.plan import mirror_plan
 from kiln.inventory import load_cluster
 from kiln.inventory.containers_spec import (
     ContainersSpec,
     bundle_path,
     image_pinned,
     image_registry,
+    mirrored_image,
     rootless_bundle_config,
 )
 from kiln.plan import PlanOptions, make_plan
@@ -117,3 +119,18 @@ def test_oci_runtime_on_slurm_22_05_is_refused_with_the_reason(tmp_path):
     ), errors
     root_ok = sandbox_copy(tmp_path / "ok", "24.11", {"enabled": True, "runtime": "oci"})
     assert load_cluster(root_ok).errors == []
+
+
+def test_behind_a_mirror_the_pull_comes_from_its_copy_and_the_plan_lists_the_image(tmp_path):
+    image = "nvcr.io/nvidia/pytorch:24.05-py3"
+    assert mirrored_image(image, None) == image
+    assert mirrored_image(image, "http://mirror.example:8080/kiln") == (
+        "mirror.example:8080/nvcr.io/nvidia/pytorch:24.05-py3"
+    )
+    # The bundle keeps the declared name: users' job scripts do not change behind a mirror.
+    assert bundle_path("/b", image) == "/b/nvcr.io/nvidia/pytorch/24.05-py3"
+
+    root = sandbox_copy(tmp_path, "24.11", {"enabled": True, "images": [image]})
+    planned = mirror_plan(load_cluster(root).cluster)
+    lines = [(a.kind, a.name, a.version, a.where) for a in planned.artifacts if a.kind == "image"]
+    assert lines == [("image", "nvcr.io/nvidia/pytorch", "24.05-py3", "kiln_containers.images")]

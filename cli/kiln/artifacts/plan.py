@@ -149,6 +149,8 @@ def mirror_plan(cluster: Cluster) -> MirrorPlan:
                 found.extend(artifacts_of(fetch, platform, family))
         found.extend(archive_repositories(kiln_os, arch))
     found.extend(images(cluster.mirror.images, sorted(platforms)))
+    if cluster.containers.enabled:  # the containers stage pulls these onto every compute node
+        found.extend(images(cluster.containers.images, sorted(platforms), "kiln_containers.images"))
     return MirrorPlan(cluster.name, sorted(platforms), _merged(found))
 
 
@@ -156,9 +158,12 @@ def mirror_plan(cluster: Cluster) -> MirrorPlan:
 _REGISTRY_API = {"docker.io": "registry-1.docker.io", "index.docker.io": "registry-1.docker.io"}
 
 
-def images(references: list[str], platforms: list[str]) -> list[Artifact]:
-    """kiln_mirror.images, one line per image and architecture of the cluster: name, tag or
-    digest, the registry's API as its source, the digest as its checksum when pinned."""
+def images(
+    references: list[str], platforms: list[str], where: str = "kiln_mirror.images"
+) -> list[Artifact]:
+    """Images (kiln_mirror.images, kiln_containers.images), one line per image and architecture
+    of the cluster: name, tag or digest, the registry's API as its source, the digest as its
+    checksum when pinned."""
     out = []
     for reference in references:
         match = IMAGE_REFERENCE.match(reference)
@@ -173,7 +178,7 @@ def images(references: list[str], platforms: list[str]) -> list[Artifact]:
         for platform in platforms:
             out.append(Artifact("image", name, match["tag"] or match["digest"], platform,
                                 source=source, checksum=match["digest"] or "",
-                                where="kiln_mirror.images"))  # fmt: skip
+                                where=where))  # fmt: skip
     return out
 
 

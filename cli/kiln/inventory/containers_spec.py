@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -134,6 +135,16 @@ def image_pinned(reference: str, digest: str) -> str:
     return f"{match['host']}/{match['repository']}@{digest}"
 
 
+def mirrored_image(reference: str, mirror_url: str | None) -> str:
+    """Where a node pulls the image from: the reference itself, or with kiln_mirror.url set the
+    mirror's copy, which `kiln mirror serve` answers as a registry at the mirror's host
+    ('nvcr.io/nvidia/pytorch:24.05-py3', 'http://mirror:8080/kiln' ->
+    'mirror:8080/nvcr.io/nvidia/pytorch:24.05-py3')."""
+    if not mirror_url:
+        return reference
+    return f"{urlsplit(mirror_url).netloc}/{reference}"
+
+
 def rootless_bundle_config(config: dict) -> dict:
     """An unpacked image's runtime configuration as Slurm's rootless crun can run it: mount
     options naming a group id dropped (devpts' gid=5, tty: no group but the user's is mapped in
@@ -151,4 +162,5 @@ FILTERS = {
     "kiln_image_registry": image_registry,
     "kiln_image_pinned": image_pinned,
     "kiln_rootless_bundle_config": rootless_bundle_config,
+    "kiln_mirrored_image": mirrored_image,
 }
