@@ -13,11 +13,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ import yaml
 
 from kiln.inventory.containers_spec import bundle_path
 from kiln.sandbox import config
+from registry_server import running_registry
 
 from .conftest import run_docker
 
@@ -39,12 +38,6 @@ pytestmark = [
 KILN = str(Path(sys.executable).parent / "kiln")
 NODES = [config.node_name(1), config.node_name(2)]
 BUNDLES = "/var/lib/kiln/containers"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def _push(tmp_path: Path, busybox: Path, text: str, image: str) -> None:
@@ -68,29 +61,14 @@ def _push(tmp_path: Path, busybox: Path, text: str, image: str) -> None:
 def registry(tmp_path):
     """A registry on every address of this machine: (the name the nodes pull from, the one
     Docker pushes to here) and busybox-static's binary."""
-    port = _free_port()
-    settings = tmp_path / "registry.yml"
-    settings.write_text(
-        "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: "
-        f"{tmp_path / 'store'}\nhttp:\n  addr: 0.0.0.0:{port}\n"
-    )
-    server = subprocess.Popen(["docker-registry", "serve", str(settings)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     debs = tmp_path / "debs"
     debs.mkdir()
-    try:
-        deadline = time.monotonic() + 30
-        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
-            assert time.monotonic() < deadline, "docker-registry did not start"
-            time.sleep(0.2)
-        subprocess.run(["apt-get", "download", "busybox-static"], cwd=debs, check=True,
-                       capture_output=True)  # fmt: skip
-        (deb,) = debs.glob("busybox-static_*.deb")
-        subprocess.run(["dpkg-deb", "-x", str(deb), str(debs / "x")], check=True)
+    subprocess.run(["apt-get", "download", "busybox-static"], cwd=debs, check=True,
+                   capture_output=True)  # fmt: skip
+    (deb,) = debs.glob("busybox-static_*.deb")
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(debs / "x")], check=True)
+    with running_registry(tmp_path, "0.0.0.0") as port:
         yield f"{config.GATEWAY}:{port}", f"127.0.0.1:{port}", debs / "x" / "bin" / "busybox"
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def provision(inventory: Path, state: Path, *extra: str) -> dict:

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
-import subprocess
 import tarfile
-import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -24,6 +21,7 @@ from bundle_server import serving
 from kiln.artifacts.fetch import fetch_bundle
 from kiln.artifacts.plan import images
 from kiln.sandbox.docker import require_docker
+from registry_server import running_registry
 
 from .conftest import run_docker
 
@@ -36,44 +34,25 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def upstream(tmp_path):
     """A registry on 127.0.0.1 holding kiln/probe:1 (one layer: a text file): its address and
     the image's id."""
     require_docker()
-    port = _free_port()
-    config = tmp_path / "registry.yml"
-    config.write_text(
-        "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: "
-        f"{tmp_path / 'store'}\nhttp:\n  addr: 127.0.0.1:{port}\n"
-    )
-    registry = subprocess.Popen(["docker-registry", "serve", str(config)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    address = f"127.0.0.1:{port}"
-    image = f"{address}/kiln/probe:1"
-    try:
-        deadline = time.monotonic() + 30
-        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
-            assert time.monotonic() < deadline, "docker-registry did not start"
-            time.sleep(0.2)
-        (tmp_path / "hello.txt").write_text("kiln mirror image probe\n")
-        with tarfile.open(tmp_path / "rootfs.tar", "w") as tar:
-            tar.add(tmp_path / "hello.txt", arcname="hello.txt")
-        run_docker("import", str(tmp_path / "rootfs.tar"), image)
-        run_docker("push", image)
-        image_id = run_docker("image", "inspect", "--format", "{{.Id}}", image).stdout.strip()
-        run_docker("image", "rm", image)  # gone from Docker: a pull must fetch every blob
-        yield address, image_id
-    finally:
-        registry.terminate()
-        registry.wait(timeout=30)
-        run_docker("image", "rm", "--force", image, check=False)
+    with running_registry(tmp_path, "127.0.0.1") as port:
+        address = f"127.0.0.1:{port}"
+        image = f"{address}/kiln/probe:1"
+        try:
+            (tmp_path / "hello.txt").write_text("kiln mirror image probe\n")
+            with tarfile.open(tmp_path / "rootfs.tar", "w") as tar:
+                tar.add(tmp_path / "hello.txt", arcname="hello.txt")
+            run_docker("import", str(tmp_path / "rootfs.tar"), image)
+            run_docker("push", image)
+            image_id = run_docker("image", "inspect", "--format", "{{.Id}}", image).stdout.strip()
+            run_docker("image", "rm", image)  # gone from Docker: a pull must fetch every blob
+            yield address, image_id
+        finally:
+            run_docker("image", "rm", "--force", image, check=False)
 
 
 def test_an_image_is_fetched_by_digest_and_docker_pulls_it_from_the_mirror(upstream, tmp_path):

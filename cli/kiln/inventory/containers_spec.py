@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kiln.inventory.mirror_spec import IMAGE_REFERENCE
+from kiln.inventory.mirror_spec import IMAGE_REFERENCE, image_references
 
 _PATH = re.compile(r"^/[A-Za-z0-9._/-]+$")
 _REGISTRY = re.compile(r"^[a-z0-9.-]+(:\d+)?$")
@@ -78,17 +78,7 @@ class ContainersSpec(_Spec):
         None, description="a registry login; its password is kiln_registry_password (vault)"
     )
 
-    @field_validator("images")
-    @classmethod
-    def _references(cls, value: list[str]) -> list[str]:
-        for reference in value:
-            match = IMAGE_REFERENCE.match(reference)
-            if match is None or not (match["tag"] or match["digest"]):
-                raise ValueError(
-                    f"{reference!r} is not an image reference with its registry and a tag or "
-                    "digest (nvcr.io/nvidia/pytorch:24.05-py3)"
-                )
-        return value
+    _references = field_validator("images")(image_references)
 
     @field_validator("insecure_registries")
     @classmethod

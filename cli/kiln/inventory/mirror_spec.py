@@ -24,6 +24,20 @@ IMAGE_REFERENCE = re.compile(
     r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
 )
 
+
+def image_references(value: list[str]) -> list[str]:
+    """Each an image reference with its registry and a tag or digest (kiln_mirror.images,
+    kiln_containers.images): what a pull names unambiguously."""
+    for reference in value:
+        match = IMAGE_REFERENCE.match(reference)
+        if match is None or not (match["tag"] or match["digest"]):
+            raise ValueError(
+                f"{reference!r} is not an image reference with its registry and a tag or "
+                "digest (nvcr.io/nvidia/pytorch:24.05-py3, docker.io/library/ubuntu@sha256:...)"
+            )
+    return value
+
+
 # The key as the schema's catalogue lists it (kiln.inventory.schema.KEYS).
 MIRROR_KEY = (
     "kiln_mirror",
@@ -50,17 +64,7 @@ class MirrorSpec(BaseModel):
         "served at <url>/v2/<registry>/<repository>, e.g. nvcr.io/nvidia/pytorch:24.05-py3",
     )
 
-    @field_validator("images")
-    @classmethod
-    def _references(cls, value: list[str]) -> list[str]:
-        for reference in value:
-            match = IMAGE_REFERENCE.match(reference)
-            if match is None or not (match["tag"] or match["digest"]):
-                raise ValueError(
-                    f"{reference!r} is not an image reference with its registry and a tag or "
-                    "digest (nvcr.io/nvidia/pytorch:24.05-py3, docker.io/library/ubuntu@sha256:...)"
-                )
-        return value
+    _references = field_validator("images")(image_references)
 
     @field_validator("url")
     @classmethod
