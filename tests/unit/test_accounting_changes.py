@@ -231,3 +231,41 @@ def test_accounting_true_still_means_slurmdbd_without_declarations(tmp_path):
     path.write_text(yaml.safe_dump(settings, sort_keys=False))
     cluster = load_cluster(root).cluster
     assert cluster.slurm.accounting_on and cluster.slurm.declared_accounting is None
+
+
+def declared_example(tmp_path: Path, accounting: object) -> Path:
+    root = tmp_path / "inv"
+    shutil.copytree(ROOT / "inventories" / "example-h100", root)
+    path = root / "group_vars" / "all.yml"
+    settings = yaml.safe_load(path.read_text())
+    settings["kiln_slurm"] = {**settings.get("kiln_slurm", {}), "accounting": accounting}
+    path.write_text(yaml.safe_dump(settings, sort_keys=False))
+    return root
+
+
+def test_plan_counts_the_declaration_and_live_lists_the_changes(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import kiln.slurmctl
+    from kiln.app import app
+    from kiln.commands.plan import accounting_changes
+
+    root = declared_example(tmp_path, DECLARED)
+    shown = CliRunner().invoke(app, ["plan", str(root)], terminal_width=200)
+    assert shown.exit_code == 0, shown.output
+    assert "Accounting: 1 QoS, 2 account(s), 1 user(s) declared; `kiln plan --live`" in (
+        shown.output
+    )
+    # --live reads the database on the controller (here: the sandbox's capture, one account
+    # short of the declaration) and lists what provision would run.
+    cluster = load_cluster(root).cluster
+    held = parse_database(captured())
+    monkeypatch.setattr(kiln.slurmctl, "held_accounting", lambda _cluster: held)
+    assert accounting_changes(cluster) == []
+    more = declared_example(tmp_path / "more", {**DECLARED, "accounts": {
+        **DECLARED["accounts"], "nlp": {"description": "Language"}}})  # fmt: skip
+    (change,) = accounting_changes(load_cluster(more).cluster)
+    assert change.describe() == (
+        "+ account nlp: sacctmgr --immediate add account nlp Cluster=example Parent=root "
+        "Description=Language"
+    )

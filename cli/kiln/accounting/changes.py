@@ -26,6 +26,7 @@ from kiln.inventory.accounting_spec import (
     UserSpec,
 )
 from kiln.parsers.sacctmgr import (
+    Account,
     Association,
     Database,
     Qos,
@@ -35,6 +36,7 @@ from kiln.parsers.sacctmgr import (
 )
 
 Action = Literal["add", "modify", "remove"]
+Kind = Literal["qos", "account", "user"]
 _SIGN = {"add": "+", "modify": "~", "remove": "-"}
 SACCTMGR = ("sacctmgr", "--immediate")
 
@@ -42,7 +44,7 @@ SACCTMGR = ("sacctmgr", "--immediate")
 @dataclass(frozen=True, slots=True)
 class Change:
     action: Action
-    kind: Literal["qos", "account", "user"]
+    kind: Kind
     name: str
     argv: tuple[str, ...]
 
@@ -107,88 +109,61 @@ class _Planner:
         self.db = database
         self.changes: list[Change] = []
 
-    def emit(self, action: Action, kind, name: str, *argv: str) -> None:  # noqa: ANN001
-        self.changes.append(Change(action, kind, name, (*SACCTMGR, *argv)))
+    # sacctmgr's three verbs, as `sacctmgr add KIND NAME SETTINGS`, `sacctmgr modify KIND where
+    # CONDITIONS set SETTINGS` and `sacctmgr remove KIND where CONDITIONS`.
+    def add(self, kind: Kind, name: str, *settings: str) -> None:
+        self.changes.append(Change("add", kind, name, (*SACCTMGR, "add", kind, name, *settings)))
+
+    def modify(self, kind: Kind, name: str, where: list[str], settings: list[str]) -> None:
+        argv = (*SACCTMGR, "modify", kind, "where", f"name={name}", *where, "set", *settings)
+        self.changes.append(Change("modify", kind, name, argv))
+
+    def remove(self, kind: Kind, name: str, *where: str) -> None:
+        argv = (*SACCTMGR, "remove", kind, "where", f"name={name}", *where)
+        self.changes.append(Change("remove", kind, name, argv))
 
     def qos(self) -> None:
         for name, spec in sorted(self.spec.qos.items()):
             current = self.db.qos.get(name)
             settings = qos_settings(spec, current or Qos())
             if current is None:
-                self.emit("add", "qos", name, "add", "qos", name, *settings)
+                self.add("qos", name, *settings)
             elif settings:
-                self.emit(
-                    "modify",
-                    "qos",
-                    name,
-                    "modify",
-                    "qos",
-                    "where",
-                    f"name={name}",
-                    "set",
-                    *settings,
-                )
+                self.modify("qos", name, [], settings)
 
     def account(self, name: str, spec: AccountSpec) -> None:
-        where = ("where", f"name={name}")
-        record = self.db.accounts.get(name)
+        cluster = f"cluster={self.cluster}"
         current = self.db.associations.get((name, ""))
-        described = [
-            *([f"Description={spec.description}"] if spec.description else []),
-            *([f"Organization={spec.organization}"] if spec.organization else []),
-        ]
         if current is None:
+            described = [
+                *([f"Description={spec.description}"] if spec.description else []),
+                *([f"Organization={spec.organization}"] if spec.organization else []),
+            ]
             settings = association_settings(spec, Association())
-            self.emit(
-                "add",
-                "account",
-                name,
-                "add",
-                "account",
-                name,
-                f"Cluster={self.cluster}",
-                f"Parent={spec.parent}",
-                *described,
-                *settings,
-            )
+            parent = f"Parent={spec.parent}"
+            self.add("account", name, f"Cluster={self.cluster}", parent, *described, *settings)
             return
         settings = association_settings(spec, current)
         if spec.parent != current.parent:
             settings.insert(0, f"Parent={spec.parent}")
         if settings:
-            self.emit(
-                "modify",
-                "account",
-                name,
-                "modify",
-                "account",
-                *where,
-                f"cluster={self.cluster}",
-                "set",
-                *settings,
-            )
-        record_changes = [
-            setting
-            for setting, declared, stored in (
-                (
-                    f"Description={spec.description}",
-                    spec.description,
-                    record and record.description,
-                ),
-                (
-                    f"Organization={spec.organization}",
-                    spec.organization,
-                    record and record.organization,
-                ),
+            self.modify("account", name, [cluster], settings)
+        # Description and Organization belong to the account, not to its association here;
+        # sacctmgr keeps both in lower case.
+        record = self.db.accounts.get(name, Account())
+        described = [
+            f"{key}={declared}"
+            for key, declared, stored in (
+                ("Description", spec.description, record.description),
+                ("Organization", spec.organization, record.organization),
             )
             if declared and declared.lower() != stored
         ]
-        if record_changes:
-            self.emit(
-                "modify", "account", name, "modify", "account", *where, "set", *record_changes
-            )
+        if described:
+            self.modify("account", name, [], described)
 
     def user(self, name: str, spec: UserSpec) -> None:
+        cluster = f"cluster={self.cluster}"
         record = self.db.users.get(name)
         ordered = [spec.default, *(a for a in spec.accounts if a != spec.default)]
         for index, account in enumerate(ordered):
@@ -198,32 +173,12 @@ class _Planner:
                 extra = [f"DefaultAccount={account}"] if first else []
                 if first and spec.admin != "none":
                     extra.append(f"AdminLevel={spec.admin}")
-                self.emit(
-                    "add",
-                    "user",
-                    name,
-                    "add",
-                    "user",
-                    name,
-                    f"Account={account}",
-                    f"Cluster={self.cluster}",
-                    *extra,
-                    *association_settings(spec, Association()),
+                settings = association_settings(spec, Association())
+                self.add(
+                    "user", name, f"Account={account}", f"Cluster={self.cluster}", *extra, *settings
                 )
             elif settings := association_settings(spec, current):
-                self.emit(
-                    "modify",
-                    "user",
-                    name,
-                    "modify",
-                    "user",
-                    "where",
-                    f"name={name}",
-                    f"account={account}",
-                    f"cluster={self.cluster}",
-                    "set",
-                    *settings,
-                )
+                self.modify("user", name, [f"account={account}", cluster], settings)
         if record is None:
             return
         settings = [
@@ -231,9 +186,7 @@ class _Planner:
             *_scalar("AdminLevel", spec.admin, record.admin),
         ]
         if settings:
-            self.emit(
-                "modify", "user", name, "modify", "user", "where", f"name={name}", "set", *settings
-            )
+            self.modify("user", name, [], settings)
 
     def prune(self) -> None:
         cluster = f"cluster={self.cluster}"
@@ -242,37 +195,19 @@ class _Planner:
                 continue
             declared = self.spec.users.get(user)
             if declared is None or account not in declared.accounts:
-                self.emit(
-                    "remove",
-                    "user",
-                    user,
-                    "remove",
-                    "user",
-                    "where",
-                    f"name={user}",
-                    f"account={account}",
-                    cluster,
-                )
+                self.remove("user", user, f"account={account}", cluster)
         undeclared = [
             account
             for account, user in self.db.associations
             if not user and account != BUILTIN_ACCOUNT and account not in self.spec.accounts
         ]
         for account in sorted(undeclared, key=lambda a: (-self._depth(a), a)):
-            self.emit(
-                "remove",
-                "account",
-                account,
-                "remove",
-                "account",
-                "where",
-                f"name={account}",
-                cluster,
-            )
+            self.remove("account", account, cluster)
         for name in sorted(set(self.db.qos) - set(self.spec.qos) - {BUILTIN_QOS}):
-            self.emit("remove", "qos", name, "remove", "qos", "where", f"name={name}")
+            self.remove("qos", name)
 
     def _depth(self, account: str) -> int:
+        """How far below root the database puts `account` (removals go leaves first)."""
         depth, seen = 0, {account}
         while (parent := self.db.associations.get((account, ""), Association()).parent) and (
             parent not in seen
