@@ -143,7 +143,8 @@ def plan(
         typer.Option(
             "--live",
             help="Probe the nodes (one SSH exec each): show per node what drifted and which "
-            "stages `kiln provision` would run there.",
+            "stages `kiln provision` would run there, and the sacctmgr changes a declared "
+            "kiln_slurm.accounting needs.",
         ),
     ] = False,
     detailed_exitcode: Annotated[
