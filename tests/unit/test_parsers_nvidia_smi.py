@@ -366,3 +366,35 @@ def test_nvlink_duplicate_gpu_and_empty() -> None:
     assert info.value.line_no == 20
     with pytest.raises(ParseError, match="no 'GPU n:' line"):
         parse_nvlink_status("\n")
+
+
+@pytest.mark.parametrize(
+    ("capture", "gpus", "domain"),
+    [
+        # GB200 and GB300 trays (NVL72): every GPU registered in one NVLink domain of the rack.
+        ("gb200_4gpu_p6e_arm64_fabric_completed_clique2_k8stestinfra.xml", 4,
+         "00000001-0000-0000-0000-000000000001.2"),
+        ("gb300_4gpu_fabric_completed_clique32766_k8stestinfra.xml", 4, "32766"),
+        # HGX B200: a single-node NVSwitch fabric (clique 0, the all-zero ClusterUUID).
+        ("b200_8gpu_fabric_completed_clique0_k8stestinfra.xml", 8, None),
+    ],
+)  # fmt: skip
+def test_blackwell_gpus_name_their_nvlink_domain(capture, gpus, domain):
+    log = parse_xml(shared_capture(f"nvidia-smi-q-x/{capture}").read_text())
+    assert len(log.gpus) == gpus
+    assert {(g.fabric_state, g.fabric_status) for g in log.gpus} == {("Completed", "Success")}
+    domains = {gpu.nvlink_domain for gpu in log.gpus}
+    assert len(domains) == 1  # one domain per tray or server
+    (found,) = domains
+    if domain is None:
+        assert found is None
+        assert {(g.fabric_clique_id, g.fabric_cluster_uuid) for g in log.gpus} == {
+            (0, "00000000-0000-0000-0000-000000000000")
+        }
+    else:
+        assert found is not None and found.endswith(domain)
+
+
+def test_a_gpu_reporting_no_fabric_identity_has_no_domain():
+    log = parse_xml(A100_XML.read_text())  # A100: no <cliqueId>/<clusterUuid> at all
+    assert [gpu.nvlink_domain for gpu in log.gpus] == [None]

@@ -116,6 +116,9 @@ def test_a10_with_remapped_rows_pending_golden():
         "fabric_state": None,
         "fabric_status": None,
         "reset_required": False,
+        # The text reading carries no NVLink domain (no GB200 text capture to read it from).
+        "fabric_clique_id": None,
+        "fabric_cluster_uuid": None,
     }
 
 

@@ -127,6 +127,20 @@ class Gpu:
     fabric_state: str | None
     fabric_status: str | None
     reset_required: bool | None
+    # The NVLink domain the GPU registered in (GB200/GB300 NVL72 racks: one ClusterUUID per
+    # rack's fabric, one CliqueId per partition of it); None where not reported.
+    fabric_clique_id: int | None = None
+    fabric_cluster_uuid: str | None = None
+
+    @property
+    def nvlink_domain(self) -> str | None:
+        """ "<ClusterUUID>.<CliqueId>" of a multi-node NVLink domain (what Slurm's topology/block
+        groups by); None on a single-node NVSwitch fabric (HGX B200/H100 report the all-zero
+        ClusterUUID) and where the driver reports none."""
+        uuid = self.fabric_cluster_uuid
+        if uuid is None or self.fabric_clique_id is None or not uuid.strip("0-"):
+            return None
+        return f"{uuid}.{self.fabric_clique_id}"
 
     @property
     def active_clock_event_reasons(self) -> list[str]:
@@ -312,6 +326,8 @@ def _gpu(index: int, elem: ET.Element) -> Gpu:
         fabric_state=clean(_text(elem, "fabric/state")),
         fabric_status=clean(_text(elem, "fabric/status")),
         reset_required=flag(_text(elem, "gpu_reset_status/reset_required")),
+        fabric_clique_id=_int(elem, "fabric/cliqueId"),
+        fabric_cluster_uuid=clean(_text(elem, "fabric/clusterUuid")),
     )
 
 
