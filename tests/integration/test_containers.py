@@ -1,7 +1,8 @@
 """Containers in jobs on the sandbox (#31): the containers stage installs crun, skopeo and umoci
 from Debian's packages, writes oci.conf and unpacks an image from a registry as an OCI bundle on
 both nodes; a user's `srun --container` runs a step inside it on both nodes; a second provision
-changes nothing; an image pushed again under the same tag is unpacked anew.
+changes nothing; an image pushed again under the same tag is unpacked anew while a job running
+from the old one keeps it and finishes, and the old one goes once nothing runs from it.
 
 The registry is the CNCF distribution registry (Debian's docker-registry) on this machine,
 reached by the nodes at the sandbox network's gateway; the image is a busybox (Debian's
@@ -16,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -90,6 +92,26 @@ def in_container(user: str, bundle: str) -> list[str]:
     return ran.stdout.splitlines()
 
 
+def submit_in_container(user: str, bundle: str, node: str) -> str:
+    """A batch job on `node` whose step runs in the bundle for a while, then prints the file."""
+    step = f"srun --container={bundle} /bin/busybox sh -c 'sleep 75; cat /probe.txt'"
+    ran = run_docker(
+        "exec", config.CONTROLLER, "su", "-", user, "-c",
+        f"sbatch --parsable -N1 -w {node} -o job-%j.out --wrap \"{step}\"",
+    )  # fmt: skip
+    return ran.stdout.strip().split(";")[0]
+
+
+def wait_for(job: str, state: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        shown = run_docker("exec", config.CONTROLLER, "scontrol", "show", "job", job).stdout
+        if f"JobState={state}" in shown:
+            return
+        assert time.monotonic() < deadline, shown
+        time.sleep(2)
+
+
 def test_a_users_job_step_runs_inside_an_image_from_a_registry_on_both_nodes(
     provisioned_sandbox, login_on_every_node, registry, tmp_path
 ):
@@ -123,8 +145,21 @@ def test_a_users_job_step_runs_inside_an_image_from_a_registry_on_both_nodes(
     again = provision(inventory, state, "--full")
     assert again["stages"][0]["changed"] == 0
 
-    # The tag moves: a full apply (the inventory is unchanged, so a drift-aware one would skip
-    # the stage) asks the registry again and unpacks the new digest in place of the old bundle.
+    # The tag moves while a job runs from the old image: a full apply (the inventory is unchanged,
+    # so a drift-aware one would skip the stage) asks the registry again, unpacks the new digest
+    # and points the bundle path at it; the running job keeps its bundle and finishes with the
+    # old file; the old digest goes at the next apply, once nothing runs from it.
+    old_entry = run_docker("exec", NODES[0], "readlink", bundle).stdout.strip()
+    job = submit_in_container(login_on_every_node, bundle, NODES[0])
+    wait_for(job, "RUNNING")
     _push(tmp_path, busybox, "kiln container probe, second push\n", f"{push_to}/kiln/probe:1")
     assert provision(inventory, state, "--full")["stages"][0]["changed"] > 0
+    assert run_docker("exec", NODES[0], "readlink", bundle).stdout.strip() != old_entry
+    wait_for(job, "RUNNING", timeout=0)  # still: the apply did not touch it
+    assert run_docker("exec", NODES[0], "test", "-d", old_entry, check=False).returncode == 0
+    wait_for(job, "COMPLETED", timeout=180)
+    output = run_docker("exec", NODES[0], "cat", f"/home/{login_on_every_node}/job-{job}.out")
+    assert output.stdout.strip() == "kiln container probe, first push"
     assert in_container(login_on_every_node, bundle) == ["kiln container probe, second push"] * 2
+    provision(inventory, state, "--full")
+    assert run_docker("exec", NODES[0], "test", "-e", old_entry, check=False).returncode != 0
