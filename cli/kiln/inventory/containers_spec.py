@@ -146,7 +146,7 @@ def rootless_bundle_config(config: dict) -> dict:
     return {**config, "mounts": mounts}
 
 
-# The containers role's filters (playbooks/filter_plugins/kiln_filters.py).
+# The slurm_oci role's filters (playbooks/filter_plugins/kiln_filters.py).
 FILTERS = {
     "kiln_bundle_path": bundle_path,
     "kiln_image_registry": image_registry,

@@ -78,7 +78,7 @@ _FEATURE_KEYS = {
 
 def _conf_features(ctx: InventoryContext, slurm: SlurmSpec) -> list[str]:
     """The table's features kiln writes for these settings (templates/slurm.conf.j2, the
-    containers role's oci.conf)."""
+    slurm_oci role's oci.conf)."""
     containers, _ = ctx.cluster_value("kiln_containers", ContainersSpec())
     features = ["switch/nvidia_imex"] if slurm.imex else []
     if containers.enabled and containers.runtime == "oci":
