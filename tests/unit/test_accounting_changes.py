@@ -205,34 +205,6 @@ def test_the_roles_filters_take_ansibles_registered_loop():
     ]  # fmt: skip
 
 
-def test_validate_names_a_bad_declaration_at_its_file(tmp_path):
-    root = tmp_path / "inv"
-    shutil.copytree(ROOT / "inventories" / "example-h100", root)
-    path = root / "group_vars" / "all.yml"
-    settings = yaml.safe_load(path.read_text())
-    settings["kiln_slurm"] = {
-        **settings.get("kiln_slurm", {}),
-        "accounting": {"accounts": {"vision": {"parent": "research"}}},
-    }
-    path.write_text(yaml.safe_dump(settings, sort_keys=False))
-    found = [(f.origin.display(root), f.message) for f in load_cluster(root).errors if f.origin]
-    assert len(found) == 1
-    where, message = found[0]
-    assert where.startswith("group_vars/all.yml:")
-    assert "account vision: parent 'research' is not declared" in message
-
-
-def test_accounting_true_still_means_slurmdbd_without_declarations(tmp_path):
-    root = tmp_path / "inv"
-    shutil.copytree(ROOT / "inventories" / "example-h100", root)
-    path = root / "group_vars" / "all.yml"
-    settings = yaml.safe_load(path.read_text())
-    settings["kiln_slurm"] = {**settings.get("kiln_slurm", {}), "accounting": True}
-    path.write_text(yaml.safe_dump(settings, sort_keys=False))
-    cluster = load_cluster(root).cluster
-    assert cluster.slurm.accounting_on and cluster.slurm.declared_accounting is None
-
-
 def declared_example(tmp_path: Path, accounting: object) -> Path:
     root = tmp_path / "inv"
     shutil.copytree(ROOT / "inventories" / "example-h100", root)
@@ -241,6 +213,20 @@ def declared_example(tmp_path: Path, accounting: object) -> Path:
     settings["kiln_slurm"] = {**settings.get("kiln_slurm", {}), "accounting": accounting}
     path.write_text(yaml.safe_dump(settings, sort_keys=False))
     return root
+
+
+def test_validate_names_a_bad_declaration_at_its_file(tmp_path):
+    root = declared_example(tmp_path, {"accounts": {"vision": {"parent": "research"}}})
+    found = [(f.origin.display(root), f.message) for f in load_cluster(root).errors if f.origin]
+    assert len(found) == 1
+    where, message = found[0]
+    assert where.startswith("group_vars/all.yml:")
+    assert "account vision: parent 'research' is not declared" in message
+
+
+def test_accounting_true_still_means_slurmdbd_without_declarations(tmp_path):
+    cluster = load_cluster(declared_example(tmp_path, True)).cluster
+    assert cluster.slurm.accounting_on and cluster.slurm.declared_accounting is None
 
 
 def test_plan_counts_the_declaration_and_live_lists_the_changes(tmp_path, monkeypatch):
