@@ -25,6 +25,7 @@ from kiln.inventory.accounting_spec import (
     QosSpec,
     UserSpec,
 )
+from kiln.inventory.schema import ansible_plain
 from kiln.parsers.sacctmgr import (
     Account,
     Association,
@@ -234,19 +235,9 @@ def _reads_filter(cluster: str) -> list[dict]:
     return [{"kind": kind, "argv": argv} for kind, argv in reads(cluster).items()]
 
 
-def _plain(value: object) -> object:
-    """Ansible's containers (lazy since ansible-core 2.19) as plain dicts and lists, which
-    the strict model takes."""
-    if isinstance(value, Mapping):
-        return {str(key): _plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(item) for item in value]
-    return value
-
-
 def _changes_filter(declared: Mapping, cluster: str, results: list[Mapping]) -> list[dict]:
     """`results`: the registered loop over kiln_sacctmgr_reads (item.kind, stdout)."""
-    spec = AccountingSpec.model_validate(_plain(declared))
+    spec = AccountingSpec.model_validate(ansible_plain(declared))
     outputs = {result["item"]["kind"]: result["stdout"] for result in results}
     return [c.to_dict() for c in changes(spec, cluster, parse_database(outputs))]
 

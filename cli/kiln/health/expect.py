@@ -12,11 +12,10 @@ role copies onto each node.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 
 import kiln
-from kiln.inventory.schema import HealthSpec, IbSpec
+from kiln.inventory.schema import HealthSpec, IbSpec, ansible_plain
 from kiln.profiles import get_profile
 
 VERSION = 1
@@ -42,20 +41,10 @@ NODE_FILES = (
 )
 
 
-def _plain(value: object) -> object:
-    """Plain dicts and lists: Ansible hands filters lazy containers whose items pydantic reads
-    unresolved (as _LazyValue); iterating them in Python resolves each item."""
-    if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(item) for item in value]
-    return value
-
-
 def health_spec(raw: dict | HealthSpec | None) -> HealthSpec:
     if isinstance(raw, HealthSpec):
         return raw
-    return HealthSpec.model_validate(_plain(raw or {}))
+    return HealthSpec.model_validate(ansible_plain(raw or {}))
 
 
 def expectations(
@@ -67,7 +56,7 @@ def expectations(
     health: dict | HealthSpec | None = None,
 ) -> dict:
     spec = health_spec(health)
-    ib_spec = ib if isinstance(ib, IbSpec) else IbSpec.model_validate(_plain(ib or {}))
+    ib_spec = ib if isinstance(ib, IbSpec) else IbSpec.model_validate(ansible_plain(ib or {}))
     profile = get_profile(gpu_model)
     gpu = None
     if profile.is_gpu and gpu_count > 0:

@@ -7,6 +7,7 @@ defaults, and the key reference in README.md (tests check they agree).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -24,6 +25,17 @@ from kiln.inventory.slurm_spec import SlurmSpec
 # metacharacters (; | & $ ` ( ) < > \ * ? and newlines).
 SAFE_TOKEN = re.compile(r"^[A-Za-z0-9._:/@%+,=-]+$")
 SLURM_TIME = re.compile(r"^(INFINITE|UNLIMITED|\d+|\d+:\d{2}(:\d{2})?|\d+-\d+(:\d{2}){0,2})$")
+
+
+def ansible_plain(value: object) -> object:
+    """A value as an Ansible filter receives it, in plain dicts and lists: Ansible hands filters
+    lazy containers whose items pydantic reads unresolved (as _LazyValue, ansible-core 2.19);
+    iterating them in Python resolves each item. What the models here validate in a filter."""
+    if isinstance(value, Mapping):
+        return {key: ansible_plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [ansible_plain(item) for item in value]
+    return value
 
 
 class StrictModel(BaseModel):
