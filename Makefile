@@ -19,7 +19,7 @@ MOLECULE_SCENARIOS := $(notdir $(wildcard molecule/*))
 SYSTEM_PACKAGES := openssh-server openssh-client chromium rpm createrepo-c dnf dnf-plugins-core \
 	docker-registry
 
-.PHONY: help deps deps-runtime system-deps lint test test-unit test-local test-integration test-molecule test-airgapped docker \
+.PHONY: help deps deps-runtime system-deps lint test test-unit test-local test-integration test-molecule test-airgapped test-slurm-upgrade docker \
 	test-debian12 test-molecule-debian12 \
 	sandbox sandbox-down demo bench bench-remote gpu-check clean
 
@@ -120,6 +120,11 @@ test: lint test-unit test-local test-integration test-molecule test-debian12
 # test-integration).
 test-airgapped: deps system-deps docker
 	$(BIN)/pytest -q -m airgapped tests/integration
+
+# A major Slurm upgrade (24.11 -> 26.05, Debian's forky packages from a site repository) with a
+# job running through it (outside `make test`: about ten minutes of CI's time).
+test-slurm-upgrade: deps system-deps docker
+	$(BIN)/pytest -q -m upgrade tests/integration/test_slurm_upgrade.py
 
 # kiln's real flow: nodes join quarantined, burn-in passes, kiln resumes them (scripts/demo.sh).
 demo: deps-runtime docker

@@ -221,7 +221,7 @@ def test_compat_table_content(compat):
     assert compat.gpu_profiles["h100-sxm"].min_driver_branch == 525
     assert set(compat.gpu_profiles) <= set(load_profiles())
     assert {"2.18.5", "2.27.7"} <= set(compat.nccl)
-    assert compat.slurm == ["22.05", "23.02", "23.11", "24.05", "24.11", "25.05"]
+    assert compat.slurm == ["22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "26.05"]
     assert any(t.slurm == "22.05" for t in compat.tested)  # the Debian 12 sandbox
 
 

@@ -82,7 +82,8 @@ def test_an_upgrade_beyond_slurm_s_window_stops_the_node_naming_the_steps():
     [("22.05", ["20.11", "21.08"]),  # 22.05's RELEASE_NOTES: "from version 20.11 or 21.08"
      ("24.11", ["23.02", "23.11", "24.05"]),  # 24.11's: "from version 23.02, 23.11 or 24.05"
      ("25.11", ["24.05", "24.11", "25.05"]),  # upgrades.html: 25.11 takes 24.05 and later
-     ("26.05", [])],  # a release kiln's table does not know yet: no guess
+     ("26.05", ["24.11", "25.05", "25.11"]),  # the same rule: the sandbox's upgrade test
+     ("26.11", [])],  # a release kiln's table does not know yet: no guess
 )  # fmt: skip
 def test_slurm_s_compatibility_window_as_its_release_notes_say(release, window):
     assert upgrade_window(release) == window

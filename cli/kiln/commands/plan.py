@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # kiln.provision reaches SSH and the runner: only on the path
     from kiln.accounting import Change
     from kiln.inventory import Cluster
     from kiln.provision import Probed
+    from kiln.slurmctl.versions import SlurmUpgrade
 
 
 def _shorten(hostlist: str, width: int = 60) -> str:
@@ -120,6 +121,27 @@ def render_accounting(cluster: Cluster, todo: list[Change] | None) -> None:
             out.print(f"  {safe(change.describe())}", highlight=False)
 
 
+def render_upgrade(upgrade: SlurmUpgrade | None) -> None:
+    """--live: the in-place Slurm upgrade provision would run, step by step, or why it refuses."""
+    if upgrade is None:
+        return
+    for host, why in sorted(upgrade.unread.items()):
+        err.print(f"slurm versions: {safe(host)} not read ({safe(why)})", highlight=False)
+    if upgrade.plan.problems:
+        err.print("Slurm upgrade: refused, nothing would change:", highlight=False)
+        for problem in upgrade.plan.problems:
+            err.print(f"  {safe(problem)}", highlight=False)
+    elif upgrade.plan.upgrading:
+        out.print(f"Slurm upgrade to {upgrade.plan.to}, in Slurm's order, before the slurm stage:")
+        for number, step in enumerate(upgrade.plan.steps, 1):
+            hosts = _shorten(",".join(step.hosts))
+            out.print(
+                f"  {number}. {step.kind} on {safe(hosts)}: {safe(step.detail)}", highlight=False
+            )
+    else:
+        out.print(f"Slurm: every host runs {upgrade.plan.to} or has no Slurm yet; no upgrade")
+
+
 def plan(
     inventory: Annotated[Path, typer.Argument(help="Ansible inventory directory (or file).")],
     output: Annotated[
@@ -143,8 +165,9 @@ def plan(
         typer.Option(
             "--live",
             help="Probe the nodes (one SSH exec each): show per node what drifted and which "
-            "stages `kiln provision` would run there, and the sacctmgr changes a declared "
-            "kiln_slurm.accounting needs.",
+            "stages `kiln provision` would run there, the sacctmgr changes a declared "
+            "kiln_slurm.accounting needs, and the steps of an in-place Slurm upgrade when the "
+            "nodes run an older Slurm than declared.",
         ),
     ] = False,
     detailed_exitcode: Annotated[
@@ -179,6 +202,7 @@ def plan(
     result = make_plan(cluster, PlanOptions(batch_size=batch_size))
     probed = None
     todo = None
+    upgrade = None
     if live:  # kiln.drift: the plan narrowed to the node-stages that would run
         from kiln.provision import probe_plan
 
@@ -186,6 +210,9 @@ def plan(
         render_assessment(probed, detail=not json)
         result = probed.plan
         todo = accounting_changes(cluster)
+        from kiln.slurmctl.versions import slurm_upgrade
+
+        upgrade = slurm_upgrade(cluster)
     changed: list[str] = []
     if output is not None:
         with writing(output):  # a file in the way, a read-only or full disk: exit 3 naming it
@@ -196,10 +223,16 @@ def plan(
             document["drift"] = probed.assessment.to_dict()
         if todo is not None:
             document["accounting"] = [change.to_dict() for change in todo]
+        if upgrade is not None:
+            document["slurm_upgrade"] = {
+                **upgrade.plan.model_dump(),
+                "unread": upgrade.unread,
+            }
         print_json("plan", document)
     else:
         render(result, output, changed)
         render_accounting(cluster, todo)
+        render_upgrade(upgrade)
     if detailed_exitcode and changed:
         return int(ExitCode.CHANGES_PENDING)
     return int(ExitCode.OK)

@@ -10,7 +10,8 @@ import typer
 from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
 from kiln.console import err, out, print_json, safe
 from kiln.errors import ExitCode
-from kiln.inventory import LoadResult, format_finding, load_cluster
+from kiln.inventory import LoadResult, RecordedSlurm, format_finding, load_cluster
+from kiln.records.runs import last_run_with
 
 
 def render(result: LoadResult) -> None:
@@ -32,6 +33,20 @@ def render(result: LoadResult) -> None:
         )
 
 
+def recorded_slurm(inventory: Path) -> RecordedSlurm | None:
+    """The Slurm daemons' versions the last preflight run on `inventory` read (its facts), for
+    the rule that refuses a declared Slurm the nodes cannot be upgraded to in place."""
+    record = last_run_with(inventory, "preflight")
+    if record is None:
+        return None
+    versions = {
+        host: dict((facts.get("slurm") or {}).get("seen") or {})
+        for host, facts in record.read_facts().items()
+        if isinstance(facts, dict)
+    }
+    return RecordedSlurm(record.run_id, versions)
+
+
 def validate(
     inventory: Annotated[Path, typer.Argument(help="Ansible inventory directory (or file).")],
     json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON.")] = False,
@@ -40,13 +55,16 @@ def validate(
 ) -> int:
     """Check an inventory: report every problem at once, each with file:line and a fix.
 
-    Exit 0 when it is clean (warnings allowed), 2 on any error.
+    Exit 0 when it is clean (warnings allowed), 2 on any error. Where a provision ran on
+    INVENTORY before, the declared Slurm is also judged against the versions its preflight read
+    on the nodes (no downgrade, no upgrade beyond Slurm's window).
 
     Example:
 
         kiln validate inventories/example-h100
     """
-    result = load_cluster(inventory, use_vault(vault_id, vault_password_file))
+    vault = use_vault(vault_id, vault_password_file)
+    result = load_cluster(inventory, vault, recorded_slurm(inventory))
     if json:
         cluster = result.cluster
         print_json(

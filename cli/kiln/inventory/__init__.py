@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kiln.errors import InvalidInputError
 from kiln.inventory.build import build_cluster
-from kiln.inventory.context import read_context
+from kiln.inventory.context import RecordedSlurm, read_context
 from kiln.inventory.findings import Finding, FindingCollector, Level, Origin
 from kiln.inventory.model import Cluster, Node, Partition
 from kiln.inventory.rules import check_inventory
@@ -30,6 +30,7 @@ __all__ = [
     "Node",
     "Origin",
     "Partition",
+    "RecordedSlurm",
     "VaultConfig",
     "load_cluster",
     "require_valid",
@@ -55,8 +56,11 @@ class LoadResult:
         return self.cluster is not None and not self.errors
 
 
-def load_cluster(path: Path | str, vault: VaultConfig | None = None) -> LoadResult:
-    """Every finding, and the Cluster when there are none; `vault` decrypts vaulted content."""
+def load_cluster(
+    path: Path | str, vault: VaultConfig | None = None, recorded: RecordedSlurm | None = None
+) -> LoadResult:
+    """Every finding, and the Cluster when there are none; `vault` decrypts vaulted content;
+    `recorded`, what the last preflight read of the Slurm installed, is judged too."""
     path = Path(path).expanduser().absolute()
     vault = vault if vault is not None else active()
     collector = FindingCollector()
@@ -69,7 +73,7 @@ def load_cluster(path: Path | str, vault: VaultConfig | None = None) -> LoadResu
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        context = read_context(path, collector, vault)
+        context = read_context(path, collector, vault, recorded)
         if context is not None:
             check_inventory(context, collector)
             if not collector.has_errors:

@@ -10,6 +10,7 @@ settings) the same way for the rules and for the builder.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -28,23 +29,40 @@ CONTROLLERS, COMPUTE = "kiln_controllers", "kiln_compute"
 
 
 def read_context(
-    path: Path, out: FindingCollector, vault: VaultConfig | None = None
+    path: Path,
+    out: FindingCollector,
+    vault: VaultConfig | None = None,
+    recorded: RecordedSlurm | None = None,
 ) -> InventoryContext | None:
     """The inventory at `path` ready to judge; None when it cannot be read at all."""
     raw = read_inventory(path, out, vault)
     if raw is None:
         return None
     hosts = resolve_hosts(raw, out)
-    return InventoryContext(raw, hosts, read_values(raw, out))
+    return InventoryContext(raw, hosts, read_values(raw, out), recorded)
+
+
+@dataclass(frozen=True)
+class RecordedSlurm:
+    """The Slurm daemons' versions a preflight run read on the hosts (its facts), for the rules
+    that judge a declared version against what the nodes run (an upgrade beyond the window)."""
+
+    run_id: str
+    versions: dict[str, dict[str, str | None]]  # host -> daemon -> version (None: absent)
 
 
 class InventoryContext:
     def __init__(
-        self, raw: RawInventory, hosts: dict[str, ResolvedHost], typed: TypedValues
+        self,
+        raw: RawInventory,
+        hosts: dict[str, ResolvedHost],
+        typed: TypedValues,
+        recorded: RecordedSlurm | None = None,
     ) -> None:
         self.raw = raw
         self.hosts = hosts
         self.typed = typed
+        self.recorded_slurm = recorded
         self.profiles = load_profiles()
 
     # -- a host's values --------------------------------------------------------------------

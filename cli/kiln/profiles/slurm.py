@@ -18,6 +18,7 @@ from typing import Any, Literal
 from kiln.profiles._common import Dotted, Model, dotted, parse_version, read_yaml
 
 SlurmSource = Literal["distribution", "repository"]
+DAEMONS = ("slurmd", "slurmctld", "slurmdbd")  # what `-V` is read from, where installed
 DEFAULT_PLATFORM = "debian-12"
 
 
@@ -158,8 +159,9 @@ def matches(expected: str, seen: str | None) -> bool:
 
 
 # `slurmd -V` / `slurmctld -V`: a package name and the version, "slurm-wlm 24.11.5" on Debian 13
-# (tests/fixtures/real/slurm-version), "slurm X.Y.Z" elsewhere.
-_VERSION_LINE = re.compile(r"^\s*slurm(?:-wlm)?\s+(\d+\.\d+(?:\.\d+)?\S*)\s*$")
+# (tests/fixtures/real/slurm-version), "slurm X.Y.Z" elsewhere; or the bare version a preflight
+# run recorded from it.
+_VERSION_LINE = re.compile(r"^\s*(?:slurm(?:-wlm)?\s+)?(\d+\.\d+(?:\.\d+)?\S*)\s*$")
 
 
 def parse_version_output(text: str) -> str | None:
@@ -214,6 +216,7 @@ class InstalledSlurm(Model):
     installs: str | None  # what the slurm stage installs and holds (pin)
     seen: dict[str, str | None]  # daemon -> its version, None where it is not installed
     notes: list[str]  # another version that the slurm stage replaces: reported, not fatal
+    older: dict[str, str]  # daemon -> its version, where the slurm stage upgrades it in place
     problems: list[str]  # a version the slurm stage would downgrade: Slurm does not support it
 
 
@@ -232,7 +235,7 @@ def installed(
     except ValueError:
         installs = None
     seen = {name: parse_version_output(text) if text else None for name, text in readings.items()}
-    notes, problems = [], []
+    notes, problems, older = [], [], {}
     wanted = (
         f"Slurm {expected} is declared"
         if declared
@@ -261,9 +264,32 @@ def installed(
             )
         else:
             notes.append(f"{said}: the slurm stage replaces it with {installs or expected}")
+            older[name] = version
     return InstalledSlurm(
-        expected=expected, installs=installs, seen=seen, notes=notes, problems=problems
+        expected=expected, installs=installs, seen=seen, notes=notes, problems=problems, older=older
     )
+
+
+def daemon_lines(text: str) -> dict[str, str]:
+    """daemon -> its `-V` output, from the lines `DAEMON<TAB>its -V output` the slurm roles and
+    `kiln plan --live` print (DAEMON_VERSIONS; a `-V` of several lines continues on the next)."""
+    found: dict[str, str] = {}
+    name = None
+    for line in text.splitlines():
+        head, tab, rest = line.partition("\t")
+        if tab and head in DAEMONS:
+            name, found[head] = head, rest
+        elif name is not None:
+            found[name] = f"{found[name]}\n{line}"
+    return found
+
+
+# What prints those lines on a host: each Slurm daemon installed there (root's sbin searched).
+DAEMON_VERSIONS = (
+    'PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"; for daemon in ' + " ".join(DAEMONS) + "; do "
+    'if command -v "$daemon" >/dev/null 2>&1; then '
+    'printf \'%s\\t%s\\n\' "$daemon" "$("$daemon" -V 2>&1)"; fi; done'
+)
 
 
 def installed_filter(
@@ -274,14 +300,7 @@ def installed_filter(
     daemon; a `-V` that printed several lines continues on the next ones)."""
     text = None if declared in (None, "") else dotted(declared)
     if isinstance(readings, str):
-        found: dict[str, str | None] = {}
-        name = None
-        for line in readings.splitlines():
-            head, tab, rest = line.partition("\t")
-            if tab and head in ("slurmd", "slurmctld"):
-                name, found[head] = head, rest
-            elif name is not None:
-                found[name] = f"{found[name]}\n{line}"
+        found: dict[str, str | None] = dict(daemon_lines(readings))
     else:
         found = {str(k): (str(v) if v else None) for k, v in dict(readings or {}).items()}
     judged = installed(found, text, source or "distribution", str(platform or DEFAULT_PLATFORM))
@@ -300,4 +319,13 @@ def pin_filter(declared: Any, source: Any = "distribution", platform: Any = None
     return pin(text, source or "distribution", str(platform or DEFAULT_PLATFORM))
 
 
-FILTERS = {"kiln_slurm_pin": pin_filter, "kiln_slurm_installed": installed_filter}
+def version_said_filter(text: Any) -> str | None:
+    """The roles' kiln_slurm_version_said filter: the version in a daemon's `-V` output."""
+    return parse_version_output(str(text or ""))
+
+
+FILTERS = {
+    "kiln_slurm_pin": pin_filter,
+    "kiln_slurm_installed": installed_filter,
+    "kiln_slurm_version_said": version_said_filter,
+}

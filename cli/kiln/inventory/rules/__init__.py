@@ -78,6 +78,7 @@ RULES: tuple[Rule, ...] = (
     cluster.versions_are_compatible,
     slurm.slurm_comes_from_its_source,
     slurm.slurm_conf_fits_the_release,
+    slurm.slurm_upgrade_is_within_the_window,
     mirror.sources_are_in_the_mirror,
     connection.commands_run_on_the_controller,
     EachPartition(

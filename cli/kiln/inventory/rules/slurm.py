@@ -1,5 +1,6 @@
 """Rules about the Slurm a cluster gets: its source has the declared version on every node's
-platform, and slurm.conf holds nothing that version lacks (kiln.profiles.slurm's table)."""
+platform, slurm.conf holds nothing that version lacks (kiln.profiles.slurm's table), and the
+nodes can reach it in place from what the last preflight read they run (Slurm's window)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from kiln.profiles.slurm import (
     DEFAULT_PLATFORM,
     conf_problems,
     effective_release,
+    installed,
     source_problems,
 )
 
@@ -66,6 +68,31 @@ def slurm_conf_fits_the_release(ctx: InventoryContext, out: FindingCollector) ->
                 key=f"{key}.{field}",
                 hint=problem.hint,
             )
+
+
+def slurm_upgrade_is_within_the_window(ctx: InventoryContext, out: FindingCollector) -> None:
+    """The declared Slurm is one the hosts can be upgraded to in place from what the last
+    preflight run read they run: no downgrade, no jump beyond Slurm's compatibility window
+    (the slurm stage refuses both on the hosts too, before anything changes)."""
+    recorded = ctx.recorded_slurm
+    declared, slurm = _declared(ctx)
+    if recorded is None or slurm is None:
+        return
+    refused: dict[str, list[str]] = {}  # problem -> hosts
+    for name, versions in sorted(recorded.versions.items()):
+        host = ctx.hosts.get(name)
+        if host is None:  # no longer in the inventory
+            continue
+        platform, _ = _platform_of(ctx, host)
+        for problem in installed(dict(versions), declared, slurm.source, platform).problems:
+            refused.setdefault(problem, []).append(name)
+    for problem, hosts in refused.items():
+        out.error(
+            f"{problem} (as preflight run {recorded.run_id} read it on {_few(hosts)})",
+            origin=ctx.written_at("kiln_versions", "slurm") or ctx.declared_at(hosts[0]),
+            key="kiln_versions.slurm",
+            hint="declare a release within the window of what the nodes run, and go on from there",
+        )
 
 
 # The inventory key that makes kiln write each feature of the table.
