@@ -87,7 +87,8 @@ def test_the_rootless_configuration_drops_group_ids_and_keeps_the_rest():
     [
         ({"images": ["pytorch:24.05"]}, "not an image reference with its registry"),
         ({"images": ["nvcr.io/nvidia/pytorch"]}, "not an image reference with its registry"),
-        ({"runtime": "pyxis"}, "Input should be 'oci'"),
+        ({"runtime": "pyxis"}, "runtime pyxis needs enroot"),
+        ({"runtime": "docker"}, "Input should be 'oci' or 'pyxis'"),
         ({"bundle_dir": "relative/dir"}, "must be an absolute path"),
         ({"insecure_registries": ["http://x:5000"]}, "is not a registry host"),
         ({"login": {"registry": "nvcr.io", "username": "a b"}}, "letters, digits"),

@@ -267,7 +267,8 @@ def artifacts_of(fetch: Fetch, platform: str, family: str) -> list[Artifact]:
             if KERNEL in spec:
                 extra["unresolved"] = f"needs {KERNEL}"
             out.append(Artifact(kind, name, version, source=source, **{**common, **extra}))
-        if args.get("deb"):
+        # A deb by URL is fetched by apt; a local one was fetched by a get_url listed already.
+        if args.get("deb") and "://" in str(args["deb"]):
             out.append(Artifact("deb", str(args["deb"]), "", source=str(args["deb"]), **common))
         return out
     if module == "pip":

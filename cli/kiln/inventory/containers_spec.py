@@ -3,6 +3,10 @@
 runtime oci: Slurm's own OCI support (`srun --container=BUNDLE`): crun, skopeo and umoci from
 the OS's packages, oci.conf beside slurm.conf, and each declared image unpacked as an OCI bundle
 on every compute node at <bundle_dir>/<registry>/<repository>/<tag>.
+
+runtime pyxis: enroot (its packages at a declared version, each checked against its SHA-256)
+and pyxis (its source at a declared version, checked the same way, built on each node against
+the Slurm installed there), `srun --container-image=IMAGE`.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import re
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kiln.inventory.mirror_spec import IMAGE_REFERENCE, image_references
 
@@ -58,11 +62,67 @@ class RegistryLogin(_Spec):
         return value
 
 
+class Download(_Spec):
+    """A file fetched by URL (through kiln_mirror when set) and checked before it is used."""
+
+    url: str = Field(pattern=r"^https?://[A-Za-z0-9._~:/%+@=-]+$", description="where it is")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="its SHA-256 (64 hex digits)")
+
+
+class EnrootSpec(_Spec):
+    version: str = Field(pattern=r"^\d+\.\d+\.\d+$", description="enroot's version, e.g. 3.5.0")
+    packages: list[Download] = Field(
+        min_length=1,
+        description="its packages for the nodes' OS (enroot and enroot+caps, .deb or .rpm), "
+        "from the site's mirror or NVIDIA's release",
+    )
+    runtime_path: str = Field(
+        "/run/enroot/user-$(id -u)", description="ENROOT_RUNTIME_PATH (a tmpfs: /run)"
+    )
+    data_path: str = Field(
+        "/run/enroot/data/user-$(id -u)",
+        description="ENROOT_DATA_PATH: unpacked containers (a tmpfs by default: gone at reboot)",
+    )
+    cache_path: str = Field(
+        "/var/lib/enroot/cache/group-$(id -g)",
+        description="ENROOT_CACHE_PATH: image layers (local disk, shared by a group)",
+    )
+
+    @field_validator("packages")
+    @classmethod
+    def _versioned(cls, value: list[Download]) -> list[Download]:
+        for download in value:
+            if not re.search(r"\.(deb|rpm)$", download.url):
+                raise ValueError(f"{download.url} is not a .deb or .rpm")
+        return value
+
+    @model_validator(mode="after")
+    def _version_in_names(self) -> EnrootSpec:
+        for download in self.packages:
+            if self.version not in download.url.rsplit("/", 1)[-1]:
+                raise ValueError(f"{download.url} is not enroot {self.version}'s package")
+        return self
+
+
+class PyxisSpec(_Spec):
+    version: str = Field(pattern=r"^\d+\.\d+\.\d+$", description="pyxis's version, e.g. 0.20.0")
+    source: Download = Field(description="its source tarball (built on each node)")
+    runtime_path: str = Field("/run/pyxis", description="pyxis's runtime_path (a tmpfs)")
+
+    @model_validator(mode="after")
+    def _version_in_name(self) -> PyxisSpec:
+        if self.version not in self.source.url.rsplit("/", 1)[-1]:
+            raise ValueError(f"{self.source.url} is not pyxis {self.version}'s source")
+        return self
+
+
 class ContainersSpec(_Spec):
     enabled: bool = Field(False, description="the containers stage runs (kiln plan shows it)")
-    # pyxis (enroot and pyxis, built against the installed Slurm) is the other runtime sites
-    # use; kiln does not install it yet (docs/containers.md says why): oci only for now.
-    runtime: Literal["oci"] = Field("oci", description="oci: Slurm's own with crun")
+    runtime: Literal["oci", "pyxis"] = Field(
+        "oci", description="oci: Slurm's own with crun; pyxis: enroot and pyxis"
+    )
+    enroot: EnrootSpec | None = Field(None, description="runtime pyxis: enroot's packages")
+    pyxis: PyxisSpec | None = Field(None, description="runtime pyxis: pyxis's source")
     images: list[str] = Field(
         default_factory=list,
         description="images made ready on every compute node (oci: as bundles), with their "
@@ -87,6 +147,14 @@ class ContainersSpec(_Spec):
             if not _REGISTRY.match(registry):
                 raise ValueError(f"{registry!r} is not a registry host[:port]")
         return value
+
+    @model_validator(mode="after")
+    def _runtime_parts(self) -> ContainersSpec:
+        if self.runtime == "pyxis" and (self.enroot is None or self.pyxis is None):
+            raise ValueError("runtime pyxis needs enroot (its packages) and pyxis (its source)")
+        if self.runtime == "oci" and (self.enroot is not None or self.pyxis is not None):
+            raise ValueError("enroot and pyxis are set but runtime is oci")
+        return self
 
     @field_validator("bundle_dir")
     @classmethod

@@ -43,8 +43,8 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "containers",
         "containers.yml",
-        "containers in jobs: crun, oci.conf, images unpacked as OCI bundles",
-        ("kiln_compute",),
+        "containers in jobs: crun, oci.conf and OCI bundles (oci), or enroot and pyxis (pyxis)",
+        # oci runs on the compute nodes; pyxis on the controllers too (srun reads its options)
         switch="containers",
     ),
     Stage("power", "power.yml", "persistence mode, power limits, clocks", ("kiln_compute",)),
