@@ -71,7 +71,7 @@ def test_the_table_knows_what_each_supported_release_ships():
     introduced = {name: f.introduced for name, f in table.conf_features.items()}
     assert introduced == {
         "oci.conf/MountSpoolDir": "23.02",
-        "topology/block": "23.11",
+        "topology/block": "24.05",
         "switch/nvidia_imex": "24.05",
     }
 
@@ -135,7 +135,8 @@ def test_slurm_conf_options_the_release_lacks_are_refused(tmp_path):
     assert name == "switch/nvidia_imex"
     assert "SwitchType=switch/nvidia_imex needs Slurm 24.05" in problem.message
     assert [n for n, _ in conf_problems("23.11", ["switch/nvidia_imex", "topology/block"])] == [
-        "switch/nvidia_imex"
+        "switch/nvidia_imex",
+        "topology/block",  # 23.11's block plugin reads BlockLevels, not the BlockSizes kiln writes
     ]
     assert conf_problems("24.11.5", ["switch/nvidia_imex", "topology/block"]) == []
     ctx = context(tmp_path / "a", 'kiln_versions:\n  slurm: "22.05"\nkiln_slurm:\n  imex: true\n')

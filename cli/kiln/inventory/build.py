@@ -58,6 +58,7 @@ def build_node(ctx: InventoryContext, host: ResolvedHost) -> Node:
         is_compute=COMPUTE in host.groups,
         rack=rack,
         leaf_switch=ctx.value(host, "kiln_leaf_switch", f"leaf-{rack}"),
+        nvlink_domain=ctx.value(host, "kiln_nvlink_domain"),
         gpu_model=profile.id,
         gpu_count=ctx.value(host, "kiln_gpu_count", profile.gpu_count_default),
         ib_hcas=tuple(ctx.value(host, "kiln_ib_hcas", [])),

@@ -33,6 +33,7 @@ class Node(BaseModel):
     is_compute: bool
     rack: str
     leaf_switch: str
+    nvlink_domain: str | None = None  # kiln_nvlink_domain: a multi-node NVLink domain (NVL72)
     gpu_model: str
     gpu_count: int
     ib_hcas: tuple[str, ...] = ()

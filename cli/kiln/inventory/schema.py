@@ -217,6 +217,16 @@ KEYS: dict[str, KeySpec] = {
             reaches_command=True,
         ),
         KeySpec(
+            "kiln_nvlink_domain",
+            "host",
+            "str",
+            "the multi-node NVLink domain the node is in (an NVL72 rack: nvidia-smi -q's "
+            "ClusterUUID.CliqueId, or the rack's name); kiln_slurm.topology block makes a Slurm "
+            "block of each (docs/fabric.md)",
+            "none",
+            reaches_command=True,
+        ),
+        KeySpec(
             "kiln_ib_hcas",
             "host",
             "list[str]",

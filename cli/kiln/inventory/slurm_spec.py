@@ -68,10 +68,17 @@ class SlurmSpec(BaseModel):
     quarantine_new_nodes: bool = Field(
         True, description="new nodes join drained until burn-in passes"
     )
-    topology: Literal["racks", "fabric"] = Field(
+    topology: Literal["racks", "fabric", "block"] = Field(
         "racks",
-        description="topology.conf from the inventory's racks and leaf switches, or from the "
-        "fabric as a stored ibnetdiscover capture shows it",
+        description="topology.conf from the inventory's racks and leaf switches, from the "
+        "fabric as a stored ibnetdiscover capture shows it, or `block`: topology/block with a "
+        "block per NVLink domain (kiln_nvlink_domain; NVL72 racks, Slurm 24.05 on)",
+    )
+    block_base: int | None = Field(
+        None,
+        gt=0,
+        description="topology block: nodes in a base block (BlockSizes' first); default the "
+        "smallest domain's node count",
     )
     ibnetdiscover_file: str | None = Field(
         None,
@@ -94,6 +101,12 @@ class SlurmSpec(BaseModel):
     def declared_accounting(self) -> AccountingSpec | None:  # None: accounting: true/false
         return self.accounting if isinstance(self.accounting, AccountingSpec) else None
 
+    def base_block(self, domain_sizes: list[int]) -> int:
+        """topology block: the nodes of a base block, the declared block_base or else the
+        smallest domain (slurmctld refuses to start with a block smaller than the base:
+        "children count lower than bblock_node_cnt")."""
+        return self.block_base or min(domain_sizes, default=1)
+
     @model_validator(mode="after")
     def _topology_source(self) -> SlurmSpec:
         if self.source == "repository" and self.repository is None:
@@ -102,6 +115,8 @@ class SlurmSpec(BaseModel):
             raise ValueError("repository is set but source is distribution")
         if self.topology == "fabric" and not self.ibnetdiscover_file:
             raise ValueError("topology fabric needs ibnetdiscover_file (a stored capture)")
-        if self.topology == "racks" and self.ibnetdiscover_file:
-            raise ValueError("ibnetdiscover_file is set but topology is racks")
+        if self.topology != "fabric" and self.ibnetdiscover_file:
+            raise ValueError(f"ibnetdiscover_file is set but topology is {self.topology}")
+        if self.topology != "block" and self.block_base is not None:
+            raise ValueError(f"block_base is set but topology is {self.topology}")
         return self

@@ -12,6 +12,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from kiln.fabric.blocks import nvlink_blocks
 from kiln.fabric.topology import topology_from_capture
 from kiln.inventory import Cluster
 from kiln.render import render_template
@@ -36,6 +37,8 @@ def render_files(cluster: Cluster) -> tuple[GeneratedFile, ...]:
     # switches the topology plugin on when that topology.conf holds a switch.
     fabric = topology_from_capture(cluster) if cluster.slurm.topology == "fabric" else None
     context = cluster_context(cluster, None if fabric is None else len(fabric.topology.switches))
+    if cluster.slurm.topology == "block":  # a block per NVLink domain (kiln.fabric.blocks)
+        context["kiln"]["blocks"] = nvlink_blocks(cluster)
     files = []
     for name in GENERATED_FILES:
         if name == "topology.conf" and fabric is not None:

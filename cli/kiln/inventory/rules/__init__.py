@@ -16,6 +16,7 @@ from kiln.inventory.context import InventoryContext
 from kiln.inventory.findings import FindingCollector
 from kiln.inventory.resolve import ResolvedHost
 from kiln.inventory.rules import (
+    blocks,
     cluster,
     connection,
     fabric,
@@ -94,6 +95,7 @@ RULES: tuple[Rule, ...] = (
     fabric.capture_is_ibnetdiscover_output,
     fabric.capture_is_hidden_from_ansible,
     fabric.capture_holds_the_compute_nodes,
+    blocks.nvlink_domains_make_the_blocks,
 )
 
 

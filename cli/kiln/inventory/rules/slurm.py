@@ -108,6 +108,8 @@ def _conf_features(ctx: InventoryContext, slurm: SlurmSpec) -> list[str]:
     slurm_oci role's oci.conf)."""
     containers, _ = ctx.cluster_value("kiln_containers", ContainersSpec())
     features = ["switch/nvidia_imex"] if slurm.imex else []
+    if slurm.topology == "block":
+        features.append("topology/block")
     if containers.enabled and containers.runtime == "oci":
         features.append("oci.conf/MountSpoolDir")
     return features
