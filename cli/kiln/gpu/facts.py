@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import gzip
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +56,7 @@ def _gpu_summary(gpu: Gpu) -> dict[str, Any]:
         "memory_total_mib": gpu.memory_total_mib,
         "fabric_state": gpu.fabric_state,
         "fabric_status": gpu.fabric_status,
+        "nvlink_domain": gpu.nvlink_domain,
         "reset_required": gpu.reset_required,
     }
 
@@ -123,6 +125,10 @@ class Expected:
     # NVSwitch system: each GPU must have joined the fabric and have every NVLink active
     # (a PCIe card with NVLink bridges uses only some of its links, so it is not judged).
     fabric_manager: bool = False
+    # A multi-node NVLink domain (kiln_nvlink_domain, an NVL72 rack): every GPU must have joined
+    # it (fabric state Completed, status Success, ClusterUUID and CliqueId set), and be in the
+    # declared one where that is written as nvidia-smi names it (ClusterUUID.CliqueId).
+    nvlink_domain: str | None = None
     health: bool = True  # judge ECC, retired pages and row remapping too
 
 
@@ -144,6 +150,33 @@ def _health_problems(gpu: dict[str, Any]) -> list[str]:
         found.append(f"{name}: remapped rows pending (reset or reboot the GPU)")
     if gpu["reset_required"]:
         found.append(f"{name}: needs a GPU reset")
+    return found
+
+
+# A domain as nvidia-smi names it: "<ClusterUUID>.<CliqueId>" (kiln.parsers.nvidia_smi).
+_DOMAIN_ID = re.compile(r"^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\.\d+$")
+
+
+def _domain_problems(gpus: list[dict[str, Any]], declared: str) -> list[str]:
+    """The fabric gate of a GPU in a multi-node NVLink domain (an NVL72 tray): joined, with an
+    identity, and in the declared rack. A tray short of it must not run jobs: NCCL across the
+    rack would fall back or hang."""
+    found = []
+    for gpu in gpus:
+        name = f"GPU {gpu['index']}"
+        state, status = gpu["fabric_state"], gpu["fabric_status"]
+        if state != "Completed" or status != "Success":
+            found.append(
+                f"{name}: NVLink fabric state {state or 'not reported'}, status "
+                f"{status or 'not reported'}: the tray has not joined its NVLink domain"
+            )
+        elif gpu["nvlink_domain"] is None:
+            found.append(f"{name}: no NVLink domain (ClusterUUID or CliqueId unset)")
+        elif _DOMAIN_ID.match(declared) and gpu["nvlink_domain"] != declared:
+            found.append(
+                f"{name}: in NVLink domain {gpu['nvlink_domain']}, the inventory declares "
+                f"{declared} (kiln_nvlink_domain): another rack, or the inventory is wrong"
+            )
     return found
 
 
@@ -190,6 +223,8 @@ def check(summary: dict[str, Any], expected: Expected) -> list[str]:
                 problems.append(
                     f"GPU {gpu['index']}: NVSwitch fabric status {gpu['fabric_status']}"
                 )
+    if expected.nvlink_domain:
+        problems.extend(_domain_problems(gpus, expected.nvlink_domain))
     if expected.fabric_manager and summary.get("nvlink") is not None:
         problems.extend(_nvlink_problems(gpus, summary["nvlink"]))
     if expected.health:

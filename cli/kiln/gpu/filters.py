@@ -69,12 +69,14 @@ def gpu_check(
     driver_version: str | None = None,
     fabric_manager: bool = False,
     health: bool = True,
+    nvlink_domain: str | None = None,
 ) -> list[str]:
     expected = Expected(
         gpu_count=int(gpu_count),
         product_names=tuple(product_names or ()),
         driver_version=str(driver_version) if driver_version else None,
         fabric_manager=bool(fabric_manager),
+        nvlink_domain=str(nvlink_domain) if nvlink_domain else None,
         health=bool(health),
     )
     return check(summary, expected)
