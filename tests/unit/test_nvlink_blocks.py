@@ -117,3 +117,52 @@ def test_racks_and_fabric_topologies_are_unchanged(tmp_path):
     root = tmp_path / "inv"
     shutil.copytree(ROOT / "inventories" / "sandbox", root)
     assert "TopologyPlugin=topology/block" not in files(root)["slurm.conf"]
+
+
+def gb200_inventory(root: Path, slurm: str, os_release: str, domain: bool = True) -> Path:
+    tray = {"ansible_host": "10.0.1.1", "kiln_gpu_model": "gb200", "kiln_arch": "aarch64"}
+    if domain:
+        tray["kiln_nvlink_domain"] = "rack-a"
+    hosts = {"all": {"children": {
+        "kiln_controllers": {"hosts": {"ctl": {"ansible_host": "10.0.0.1"}}},
+        "kiln_compute": {"hosts": {"gb101": tray}},
+    }}}  # fmt: skip
+    (root / "group_vars").mkdir(parents=True)
+    (root / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    settings = {
+        "kiln_os": os_release,
+        "kiln_versions": {"slurm": slurm, "driver_branch": 580, "cuda": "13.0", "nccl": "2.27.7"},
+    }
+    (root / "group_vars" / "all.yml").write_text(yaml.safe_dump(settings, sort_keys=False))
+    return root
+
+
+def test_gb200_on_a_slurm_before_24_05_is_refused_naming_both(tmp_path):
+    old = gb200_inventory(tmp_path / "a", "22.05", "debian-12")
+    tray = [e for e in load_cluster(old).errors if e.key == "kiln_versions.slurm"]
+    assert [e.message for e in tray if e.message.startswith("gb200")] == [
+        "gb200 trays (gb101) need Slurm 24.05 or newer (switch/nvidia_imex, topology/block); "
+        "the cluster's Slurm is 22.05"
+    ]
+    new = gb200_inventory(tmp_path / "b", "24.11", "debian-13")
+    assert not [e for e in load_cluster(new).errors if e.message.startswith("gb200")]
+    unnamed = gb200_inventory(tmp_path / "c", "24.11", "debian-13", domain=False)
+    (warning,) = [w for w in load_cluster(unnamed).warnings if w.key == "kiln_nvlink_domain"]
+    assert "1 NVL72 tray(s) name no kiln_nvlink_domain (gb101)" in warning.message
+
+
+def test_the_tray_profiles_carry_what_real_captures_report():
+    from kiln.profiles import get_profile
+
+    for model, capture, watts in (
+        ("gb200", "gb200_4gpu_p6e_arm64_fabric_completed_clique2_k8stestinfra.xml", 1200),
+        ("gb300", "gb300_4gpu_fabric_completed_clique32766_k8stestinfra.xml", 1400),
+    ):
+        profile = get_profile(model)
+        gpus = parse_xml(shared_capture(f"nvidia-smi-q-x/{capture}").read_text()).gpus
+        assert {gpu.product_name for gpu in gpus} == set(profile.product_names)
+        assert len(gpus) == profile.gpu_count_default == 4
+        assert {gpu.power.default_limit_w for gpu in gpus} == {profile.power_limit_default_w}
+        assert profile.power_limit_max_w == watts and profile.nvlink_domain_nodes == 18
+        assert not profile.fabric_manager_required  # no NVSwitch in a tray
+        assert {gpu.memory_total_mib // 1024 for gpu in gpus} == {profile.memory_gib}

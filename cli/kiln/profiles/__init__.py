@@ -79,6 +79,8 @@ class HardwareProfile(_Model):
     nvlink: bool = False
     nvswitch: bool = False
     fabric_manager_required: bool = False
+    # Nodes of one multi-node NVLink domain (an NVL72 rack: 18 trays); 0: the node is its own.
+    nvlink_domain_nodes: int = Field(default=0, ge=0)
     allreduce_busbw_gbs: float | None = Field(default=None, gt=0)
     burnin_floors: BurninFloors
     node_shape: NodeShape

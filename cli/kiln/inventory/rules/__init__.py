@@ -96,6 +96,7 @@ RULES: tuple[Rule, ...] = (
     fabric.capture_is_hidden_from_ansible,
     fabric.capture_holds_the_compute_nodes,
     blocks.nvlink_domains_make_the_blocks,
+    slurm.nvl72_trays_have_their_slurm,
 )
 
 

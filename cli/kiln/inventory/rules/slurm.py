@@ -1,14 +1,16 @@
 """Rules about the Slurm a cluster gets: its source has the declared version on every node's
-platform, slurm.conf holds nothing that version lacks (kiln.profiles.slurm's table), and the
-nodes can reach it in place from what the last preflight read they run (Slurm's window)."""
+platform, slurm.conf holds nothing that version lacks (kiln.profiles.slurm's table), the
+nodes can reach it in place from what the last preflight read they run (Slurm's window), and
+NVL72 trays (GB200, GB300) get the Slurm 24.05 their IMEX channels and blocks need."""
 
 from __future__ import annotations
 
 from kiln.inventory.containers_spec import ContainersSpec
-from kiln.inventory.context import InventoryContext
+from kiln.inventory.context import COMPUTE, InventoryContext
 from kiln.inventory.findings import FindingCollector, Origin
 from kiln.inventory.resolve import ResolvedHost
 from kiln.inventory.schema import SlurmSpec, VersionsSpec
+from kiln.profiles import parse_version
 from kiln.profiles.slurm import (
     DEFAULT_PLATFORM,
     conf_problems,
@@ -136,3 +138,48 @@ def _platforms(ctx: InventoryContext) -> dict[str, tuple[list[str], Origin | Non
 
 def _few(names: list[str]) -> str:
     return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+NVLINK_DOMAIN_KEY = "kiln_nvlink_domain"
+NVL72_SLURM = "24.05"  # switch/nvidia_imex and topology/block's BlockSizes (profiles/slurm.yml)
+
+
+def nvl72_trays_have_their_slurm(ctx: InventoryContext, out: FindingCollector) -> None:
+    """A tray of a multi-node NVLink domain runs under Slurm 24.05 or newer, naming both; one
+    that names no kiln_nvlink_domain is a warning (no block, no fabric gate for it)."""
+    declared, slurm = _declared(ctx)
+    if slurm is None:
+        return
+    old: dict[tuple[str, str], list[str]] = {}
+    unnamed: list[str] = []
+    for name in ctx.membership.get(COMPUTE, []):
+        host = ctx.hosts[name]
+        profile = ctx.profile(host)
+        if profile is None or not profile.nvlink_domain_nodes:
+            continue
+        if not ctx.value(host, NVLINK_DOMAIN_KEY):
+            unnamed.append(name)
+        platform, _ = _platform_of(ctx, host)
+        release = effective_release(declared, slurm.source, platform)
+        if release and parse_version(release) < parse_version(NVL72_SLURM):
+            old.setdefault((profile.id, release), []).append(name)
+    for (model, release), hosts in old.items():
+        out.error(
+            f"{model} trays ({', '.join(hosts[:3])}{' ...' if len(hosts) > 3 else ''}) need "
+            f"Slurm {NVL72_SLURM} or newer (switch/nvidia_imex, topology/block); the cluster's "
+            f"Slurm is {release}",
+            origin=ctx.written_at("kiln_versions", "slurm") or ctx.declared_at(hosts[0]),
+            key="kiln_versions.slurm",
+            hint=f"declare Slurm {NVL72_SLURM} or newer (kiln_versions.slurm, from a source "
+            "that has it)",
+        )
+    if unnamed:
+        out.warning(
+            f"{len(unnamed)} NVL72 tray(s) name no {NVLINK_DOMAIN_KEY} ({', '.join(unnamed[:3])}"
+            f"{' ...' if len(unnamed) > 3 else ''}): no Slurm block and no NVLink fabric gate "
+            "for them",
+            origin=ctx.declared_at(unnamed[0]),
+            key=NVLINK_DOMAIN_KEY,
+            hint=f"set {NVLINK_DOMAIN_KEY} to the rack's ClusterUUID.CliqueId (nvidia-smi -q) "
+            "or its name",
+        )
