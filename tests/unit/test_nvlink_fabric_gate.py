@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from captures import shared_capture
-from kiln.gpu.facts import Expected, check, summarise
+from kiln.gpu.facts import Expected, check, summarise, unreported
 from kiln.gpu.filters import gpu_check
 from kiln.parsers.nvidia_smi import parse_xml
 
@@ -70,3 +70,17 @@ def test_the_roles_filter_takes_the_declared_domain():
     assert gpu_check(summary(GB200), 4, health=False, nvlink_domain=GB200_DOMAIN) == []
     assert gpu_check(summary(GB200), 4, health=False, nvlink_domain="") == []
     assert len(gpu_check(summary(GB200), 4, health=False, nvlink_domain=GB200_DOMAIN[:-1] + "3"))
+
+
+def test_health_figures_reported_as_na_are_named_not_judged():
+    # Real captures: the 580 driver reports retired pages as N/A on Blackwell and Hopper alike.
+    for capture, gpus in ((GB200, 4), (B200, 8)):
+        found = summary(capture)
+        assert found["unreported"] == [
+            "retired pages: not reported on every GPU (N/A), so not checked",
+            "GPU reset required: not reported on every GPU (N/A), so not checked",
+        ]
+        assert check(found, Expected(gpu_count=gpus)) == []  # not a fault
+    one = summary(GB200)
+    one["gpus"][2]["remapped_rows_pending"] = None
+    assert unreported(one)[1] == "remapped rows: not reported on GPU 2 (N/A), so not checked"

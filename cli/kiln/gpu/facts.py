@@ -80,12 +80,37 @@ def summarise(
         "cuda_version": log.cuda_version,
         "attached_gpus": log.attached_gpus,
         "gpu_count": log.gpu_count,
-        "gpus": [_gpu_summary(gpu) for gpu in log.gpus],
+        "gpus": (gpus := [_gpu_summary(gpu) for gpu in log.gpus]),
+        "unreported": unreported({"gpus": gpus}),
         # JSON keys are strings: GPU index -> its links; None when nvidia-smi could not say.
         "nvlink": None
         if nvlink is None
         else {str(index): _nvlink_summary(links) for index, links in sorted(nvlink.items())},
     }
+
+
+# The health fields `check` judges, and what each is called where one is not reported.
+_HEALTH_FIELDS = {
+    "ecc_volatile_uncorrectable": "uncorrectable ECC errors",
+    "retired_pages_pending": "retired pages",
+    "remapped_rows_pending": "remapped rows",
+    "reset_required": "GPU reset required",
+}
+
+
+def unreported(summary: dict[str, Any]) -> list[str]:
+    """The health checks nvidia-smi gave no figure for (N/A: Blackwell and the 580 drivers
+    report retired pages so, row remapping replacing them), one line per check naming the
+    GPUs: not a fault and not a pass, so preflight says which checks had no data."""
+    lines = []
+    for field, what in _HEALTH_FIELDS.items():
+        missing = [str(gpu["index"]) for gpu in summary["gpus"] if gpu.get(field) is None]
+        if missing:
+            gpus = (
+                "every GPU" if len(missing) == len(summary["gpus"]) else "GPU " + ",".join(missing)
+            )
+            lines.append(f"{what}: not reported on {gpus} (N/A), so not checked")
+    return lines
 
 
 def summary_from_packed(
