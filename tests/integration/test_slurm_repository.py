@@ -13,7 +13,6 @@ keeps the distribution's Slurm the other tests expect; removed at the end.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import shutil
@@ -27,12 +26,13 @@ import yaml
 from kiln.errors import KilnError
 from kiln.sandbox.docker import require_docker
 
+from .site_repo import remove, serve_repository
+
 pytestmark = pytest.mark.integration
 
 KILN = str(Path(sys.executable).parent / "kiln")
 INSTANCE = "krepo"
 CTL, NODE = f"{INSTANCE}-ctl", f"{INSTANCE}-node01"
-REPO_CONTAINER = f"{INSTANCE}-repo"
 SUFFIX = "+site1"
 SCRIPT = Path(__file__).parent / "files" / "site_slurm_repo.py"
 
@@ -62,7 +62,7 @@ def site_sandbox(tmp_path_factory):
     try:
         yield env, Path(up.stdout.strip())
     finally:
-        docker("rm", "--force", REPO_CONTAINER, check=False)
+        remove(INSTANCE)
         kiln("sandbox", "down", env=env)
 
 
@@ -70,23 +70,9 @@ def site_sandbox(tmp_path_factory):
 def site_repository(site_sandbox):
     """(url, the site build's version, its key's fingerprint): the repository container, built
     and serving."""
-    env, _inventory = site_sandbox
-    image = docker("inspect", "--format", "{{.Config.Image}}", CTL).stdout.strip()
-    network = f"{INSTANCE}-sandbox"
-    subnet = docker(
-        "network", "inspect", "--format", "{{(index .IPAM.Config 0).Subnet}}", network
-    ).stdout.strip()
-    address = str(ipaddress.ip_network(subnet).network_address + 5)
-    docker("rm", "--force", REPO_CONTAINER, check=False)
-    docker("run", "--detach", "--name", REPO_CONTAINER, "--network", network, "--ip", address,
-           image, "sleep", "infinity")  # fmt: skip
-    docker("cp", str(SCRIPT), f"{REPO_CONTAINER}:/srv-build.py")
-    built = docker("exec", REPO_CONTAINER, "python3", "/srv-build.py", SUFFIX, check=False)
-    assert built.returncode == 0, built.stderr[-3000:]
-    docker("exec", "--detach", REPO_CONTAINER,
-           "python3", "-m", "http.server", "80", "--directory", "/srv/repo")  # fmt: skip
-    version, fingerprint = built.stdout.strip().splitlines()[-1].split()
-    return f"http://{address}/", version, fingerprint
+    url, printed = serve_repository(INSTANCE, SCRIPT, SUFFIX)
+    version, fingerprint = printed[-1].split()
+    return url, version, fingerprint
 
 
 def site_inventory(inventory: Path, copy: Path, url: str, upstream: str, fingerprint: str) -> Path:

@@ -12,7 +12,6 @@ nodes one batch at a time; a second provision changes nothing.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import shutil
@@ -27,13 +26,14 @@ import yaml
 from kiln.errors import KilnError
 from kiln.sandbox.docker import require_docker
 
+from .site_repo import remove, serve_repository
+
 pytestmark = pytest.mark.upgrade
 
 KILN = str(Path(sys.executable).parent / "kiln")
 INSTANCE = "kupg"
 CTL = f"{INSTANCE}-ctl"
 NODES = [f"{INSTANCE}-node01", f"{INSTANCE}-node02"]
-REPO_CONTAINER = f"{INSTANCE}-repo"
 SCRIPT = Path(__file__).parent / "files" / "newer_slurm_repo.py"
 SUITE, PACKAGE_VERSION, UPSTREAM = "forky", "26.05.5-1", "26.05.5"
 BACKUPS = "/var/lib/kiln/slurm-upgrade/24.11.5-to-26.05.5"
@@ -82,29 +82,15 @@ def cluster_on_24_11(tmp_path_factory):
         assert first.returncode == 0, first.stderr[-4000:]
         yield env, inventory
     finally:
-        docker("rm", "--force", REPO_CONTAINER, check=False)
+        remove(INSTANCE)
         kiln("sandbox", "down", env=env)
 
 
 @pytest.fixture(scope="module")
 def newer_repository(cluster_on_24_11):
     """(url, fingerprint): forky's Slurm 26.05.5 in a signed flat repository on the network."""
-    image = docker("inspect", "--format", "{{.Config.Image}}", CTL).stdout.strip()
-    network = f"{INSTANCE}-sandbox"
-    subnet = docker(
-        "network", "inspect", "--format", "{{(index .IPAM.Config 0).Subnet}}", network
-    ).stdout.strip()
-    address = str(ipaddress.ip_network(subnet).network_address + 5)
-    docker("rm", "--force", REPO_CONTAINER, check=False)
-    docker("run", "--detach", "--name", REPO_CONTAINER, "--network", network, "--ip", address,
-           image, "sleep", "infinity")  # fmt: skip
-    docker("cp", str(SCRIPT), f"{REPO_CONTAINER}:/srv-build.py")
-    built = docker("exec", REPO_CONTAINER, "python3", "/srv-build.py", SUITE, PACKAGE_VERSION,
-                   check=False)  # fmt: skip
-    assert built.returncode == 0, built.stderr[-3000:]
-    docker("exec", "--detach", REPO_CONTAINER,
-           "python3", "-m", "http.server", "80", "--directory", "/srv/repo")  # fmt: skip
-    return f"http://{address}/", built.stdout.strip().splitlines()[-1]
+    url, printed = serve_repository(INSTANCE, SCRIPT, SUITE, PACKAGE_VERSION)
+    return url, printed[-1]
 
 
 def on(container: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess:

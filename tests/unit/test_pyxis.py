@@ -8,10 +8,7 @@ touches, and the slurm stage's upgrade treating the pyxis kiln built as one it r
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +20,7 @@ from kiln.artifacts.scope import environment
 from kiln.inventory import load_cluster
 from kiln.inventory.containers_spec import ContainersSpec
 from kiln.plan import PlanOptions, make_plan
+from local_playbook import run_playbook
 from role_defaults import render_role_defaults
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -172,17 +170,7 @@ def test_the_slurm_upgrade_rebuilds_the_pyxis_kiln_built_instead_of_refusing(tmp
         "slurm_common_config_dir": str(etc),
         "__slurm_common_spank_built_dir": str(built),
     }  # fmt: skip
-    env = {
-        **os.environ,
-        "ANSIBLE_ROLES_PATH": str(ROOT / "playbooks" / "roles"),
-        "ANSIBLE_FILTER_PLUGINS": str(ROOT / "playbooks" / "filter_plugins"),
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-    }
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(book),
-         "-e", f"ansible_python_interpreter={sys.executable}", "-e", json.dumps(extra)],
-        capture_output=True, text=True, timeout=300, env=env, check=False,
-    )  # fmt: skip
+    proc = run_playbook(book, extra, bin_dir)
     assert proc.returncode == 0, proc.stdout[-3000:]
     upgrade = json.loads((tmp_path / "upgrade.json").read_text())
     assert upgrade["kiln_built"] is True and upgrade["spank_packages"] == []

@@ -7,17 +7,15 @@ changes. Nothing is installed or started."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from local_playbook import run_playbook
+
 pytestmark = pytest.mark.local
 
 ROOT = Path(__file__).resolve().parents[2]
-PLAYBOOKS = ROOT / "playbooks"
 SLURMD_V = ROOT / "tests" / "fixtures" / "real" / "slurm-version" / "slurmd-V_debian13_24.11.5.txt"
 REPOSITORY = {
     "source": "repository",
@@ -52,17 +50,7 @@ def check(tmp_path: Path, plugstack: str | None, declared: str = "26.05.5"):
         "kiln_os": "debian-13",
         "slurm_common_config_dir": str(config),
     }
-    env = {
-        **os.environ,
-        "ANSIBLE_ROLES_PATH": str(PLAYBOOKS / "roles"),
-        "ANSIBLE_FILTER_PLUGINS": str(PLAYBOOKS / "filter_plugins"),
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-    }
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(book),
-         "-e", f"ansible_python_interpreter={sys.executable}", "-e", json.dumps(extra)],
-        capture_output=True, text=True, timeout=300, env=env, check=False,
-    )  # fmt: skip
+    proc = run_playbook(book, extra, bin_dir)
     found = tmp_path / "upgrade.json"
     return proc, json.loads(found.read_text()) if found.exists() else None
 
