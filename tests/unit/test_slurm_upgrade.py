@@ -125,6 +125,10 @@ def test_the_controller_dumps_and_archives_before_the_packages_change_and_conver
     assert at("Upgrade the controller's Slurm packages") < at("Convert the accounting database")
     assert at("Convert the accounting database") < at("Start slurmdbd") < at("Start slurmctld")
     assert names[-1] == "The controller's upgrade is done"
+    # The database is dumped and converted only where slurmdbd runs (accounting on): a slurmdbd
+    # left installed with accounting off would never answer, and the wait would run out.
+    for prefix in ("Stop slurmdbd", "Back up the accounting", "Convert the accounting"):
+        assert "slurm_controller_accounting | bool" in tasks[at(prefix)]["when"]
 
 
 HOSTS = """\
