@@ -30,7 +30,7 @@ help:
 	@echo "make test-local  the local tier: real Ansible runs, torch, sshd and chromium here (no Docker)"
 	@echo "make test-debian12  provision, burn-in and Slurm checks on a Debian 12 sandbox (part of make test)"
 	@echo "make test-molecule-debian12  the molecule scenarios on Debian 12's node image (not in make test)"
-	@echo "make bench       benchmarks: inventory scale, start-up, judging, engine (local and over SSH at 100 hosts), exec fan-out, controller cost, health check, converged re-apply"
+	@echo "make bench       benchmarks: inventory scale, start-up, judging, the lifecycle funnel, engine (local and over SSH at 100 hosts), exec fan-out, controller cost, health check, converged re-apply"
 	@echo "make bench-remote  remote latency per host-task over SSH, mitogen beside ssh; kiln health beside kiln exec (sandbox)"
 	@echo "make gpu-check   checks that need an NVIDIA GPU (skipped without one)"
 
@@ -135,6 +135,7 @@ bench: deps docker
 	$(BIN)/python bench/inventory_scale.py
 	$(BIN)/python bench/startup.py
 	$(BIN)/python bench/judge_scale.py
+	$(BIN)/python bench/lifecycle_funnel.py
 	$(BIN)/python bench/engine_overhead.py --hosts 50 200
 	$(BIN)/python bench/exec_fanout.py --plain-user
 	$(BIN)/python bench/scale_cost.py
