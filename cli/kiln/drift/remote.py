@@ -19,7 +19,7 @@ from typing import Any
 
 from kiln.fleet import CommandOutcome, ExecResult, NodeResult, as_root, run_as_root, run_command
 from kiln.inventory import Cluster, Node
-from kiln.profiles.slurm import DEFAULT_PLATFORM, expected_version
+from kiln.profiles.slurm import expected_version
 from kiln.records.status import BAD, GOOD, HostStatus
 
 Runner = Callable[..., ExecResult]  # kiln.fleet.run_command's signature
@@ -104,10 +104,7 @@ def declared_versions(cluster: Cluster, host: str) -> dict[str, dict[str, str]]:
     kiln_versions.slurm as written, else what the node's platform ships (the version the slurm
     roles install and hold). Empty where kiln cannot tell (a platform the table lacks)."""
     node = cluster.node(host)
-    written = (node.hostvars.get("kiln_versions") or {}).get("slurm")
-    declared = cluster.versions.slurm if written else None
-    platform = str(node.hostvars.get("kiln_os") or DEFAULT_PLATFORM)
-    expected = expected_version(declared, cluster.slurm.source, platform)
+    expected = expected_version(cluster.declared_slurm(node), cluster.slurm.source, node.platform)
     daemons = ["slurmctld"] * node.is_controller + ["slurmd"] * node.is_compute
     return {"slurm": dict.fromkeys(daemons, expected)} if expected and daemons else {}
 

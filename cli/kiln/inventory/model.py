@@ -21,6 +21,7 @@ from kiln.inventory.schema import (
 )
 from kiln.parsers.ibnetdiscover import IbFabric
 from kiln.profiles import HardwareProfile, Versions, get_profile
+from kiln.profiles.slurm import DEFAULT_PLATFORM
 
 
 class Node(BaseModel):
@@ -58,6 +59,11 @@ class Node(BaseModel):
     @property
     def has_gpus(self) -> bool:
         return self.gpu_model != "none" and self.gpu_count > 0
+
+    @property
+    def platform(self) -> str:
+        """The OS release the node runs (kiln_os), debian-12 where the inventory says none."""
+        return str(self.hostvars.get("kiln_os") or DEFAULT_PLATFORM)
 
 
 class Partition(BaseModel):
@@ -97,6 +103,12 @@ class Cluster(BaseModel):
 
     def node(self, name: str) -> Node:
         return self._by_name[name]
+
+    def declared_slurm(self, node: Node) -> str | None:
+        """kiln_versions.slurm where the inventory writes it for `node`; None where it does not
+        (the node gets what its platform ships)."""
+        written = (node.hostvars.get("kiln_versions") or {}).get("slurm")
+        return self.versions.slurm if written else None
 
     # The model is frozen, so the selections below are computed once (`kiln plan` asks for the
     # controllers once per shard); each call still returns a list of its own.

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from kiln.fleet import CommandOutcome, ExecResult, run_as_root, run_command
 from kiln.inventory import Cluster
 from kiln.inventory.batches import hosts_per_batch
-from kiln.profiles.slurm import DAEMON_VERSIONS, DEFAULT_PLATFORM, daemon_lines
+from kiln.profiles.slurm import DAEMON_VERSIONS, daemon_lines
 from kiln.profiles.slurm_upgrade import UpgradePlan, upgrade_plan
 
 Runner = Callable[..., ExecResult]  # kiln.fleet.run_command's signature
@@ -41,16 +41,15 @@ def installed_daemons(
 def slurm_upgrade(cluster: Cluster, *, runner: Runner = run_command) -> SlurmUpgrade:
     """The in-place upgrade the slurm stage would run for what the hosts run now."""
     readings, unread = installed_daemons(cluster, runner=runner)
-    written = any((n.hostvars.get("kiln_versions") or {}).get("slurm") for n in cluster.nodes)
+    controller = cluster.controllers[0]
     compute = [node.name for node in cluster.compute if not node.is_controller]
-    platforms = {n.name: str(n.hostvars.get("kiln_os") or DEFAULT_PLATFORM) for n in cluster.nodes}
     plan = upgrade_plan(
         readings,
-        controller=cluster.controllers[0].name,
+        controller=controller.name,
         compute=compute,
-        declared=cluster.versions.slurm if written else None,
+        declared=cluster.declared_slurm(controller),
         source=cluster.slurm.source,
-        platforms=platforms,
+        platforms={node.name: node.platform for node in cluster.nodes},
         accounting=cluster.slurm.accounting_on,
         batch_size=hosts_per_batch(cluster.rollout.batch_size, max(1, len(compute))),
     )
