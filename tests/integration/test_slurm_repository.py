@@ -14,7 +14,6 @@ keeps the distribution's Slurm the other tests expect; removed at the end.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -23,10 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kiln.errors import KilnError
-from kiln.sandbox.docker import require_docker
-
-from .site_repo import remove, serve_repository
+from .own_sandbox import own_sandbox, serve_repository
 
 pytestmark = pytest.mark.integration
 
@@ -51,19 +47,8 @@ def kiln(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def site_sandbox(tmp_path_factory):
-    try:
-        require_docker()
-    except KilnError as error:
-        pytest.skip(f"Docker is not available: {error.message} ({error.hint})")
-    home = tmp_path_factory.mktemp("krepo-home")
-    env = {**os.environ, "KILN_SANDBOX": INSTANCE, "KILN_HOME": str(home)}
-    up = kiln("sandbox", "up", "--nodes", "1", env=env)
-    assert up.returncode == 0, up.stderr[-3000:]
-    try:
-        yield env, Path(up.stdout.strip())
-    finally:
-        remove(INSTANCE)
-        kiln("sandbox", "down", env=env)
+    with own_sandbox(INSTANCE, 1, tmp_path_factory.mktemp("krepo-home")) as (env, inventory):
+        yield env, inventory
 
 
 @pytest.fixture(scope="module")

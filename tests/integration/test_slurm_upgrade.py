@@ -13,7 +13,6 @@ nodes one batch at a time; a second provision changes nothing.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -23,10 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kiln.errors import KilnError
-from kiln.sandbox.docker import require_docker
-
-from .site_repo import remove, serve_repository
+from .own_sandbox import own_sandbox, serve_repository
 
 pytestmark = pytest.mark.upgrade
 
@@ -61,29 +57,18 @@ def write_settings(inventory: Path, change) -> None:
 @pytest.fixture(scope="module")
 def cluster_on_24_11(tmp_path_factory):
     """(env, inventory): the instance with Slurm 24.11 and accounting, nodes in service."""
-    try:
-        require_docker()
-    except KilnError as error:
-        pytest.skip(f"Docker is not available: {error.message} ({error.hint})")
-    home = tmp_path_factory.mktemp("kupg-home")
-    env = {**os.environ, "KILN_SANDBOX": INSTANCE, "KILN_HOME": str(home)}
-    up = kiln("sandbox", "up", "--nodes", "2", env=env)
-    assert up.returncode == 0, up.stderr[-3000:]
-    inventory = tmp_path_factory.mktemp("kupg-inventory") / "inventory"
-    shutil.copytree(Path(up.stdout.strip()), inventory)
+    with own_sandbox(INSTANCE, 2, tmp_path_factory.mktemp("kupg-home")) as (env, sandbox):
+        inventory = tmp_path_factory.mktemp("kupg-inventory") / "inventory"
+        shutil.copytree(sandbox, inventory)
 
-    def accounting(settings):
-        settings["kiln_slurm"] = {**(settings.get("kiln_slurm") or {}), "accounting": True,
-                                  "quarantine_new_nodes": False}  # fmt: skip
+        def accounting(settings):
+            settings["kiln_slurm"] = {**(settings.get("kiln_slurm") or {}), "accounting": True,
+                                      "quarantine_new_nodes": False}  # fmt: skip
 
-    write_settings(inventory, accounting)
-    try:
+        write_settings(inventory, accounting)
         first = kiln("provision", str(inventory), "--yes", env=env)
         assert first.returncode == 0, first.stderr[-4000:]
         yield env, inventory
-    finally:
-        remove(INSTANCE)
-        kiln("sandbox", "down", env=env)
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,13 @@ from kiln.lifecycle.funnel import p90
 HOUR = 3600.0
 T0 = datetime(2026, 11, 1, tzinfo=UTC).timestamp()
 NOW = T0 + 19 * 24 * HOUR
+# After a failed burn-in: each state, the hours until it, and its evidence.
+WAY_BACK = (
+    (State.TRIAGE, (2, 12), "triage"),
+    (State.RMA, (4, 24), "rma"),
+    (State.REPLACED, (48, 120), "new tray"),
+    (State.QUARANTINED, (1, 4), "identity changed"),
+)
 REASONS = {"gemm below floor": 5, "xid 79 (fallen off the bus)": 3, "ib link down": 2}
 
 
@@ -47,16 +54,10 @@ class Generated:
             # The slow step: a burn-in queue of one to three days in quarantine.
             at += rng.uniform(24, 72) * HOUR
             if rng.random() < 0.06:
-                reason = rng.choice(reasons)
-                path.append((State.FAILED, at, reason))
-                at += rng.uniform(2, 12) * HOUR
-                path.append((State.TRIAGE, at, "triage"))
-                at += rng.uniform(4, 24) * HOUR
-                path.append((State.RMA, at, "rma"))
-                at += rng.uniform(48, 120) * HOUR
-                path.append((State.REPLACED, at, "new tray"))
-                at += rng.uniform(1, 4) * HOUR
-                path.append((State.QUARANTINED, at, "identity changed"))
+                path.append((State.FAILED, at, rng.choice(reasons)))
+                for state, hours, evidence in WAY_BACK:
+                    at += rng.uniform(*hours) * HOUR
+                    path.append((state, at, evidence))
                 at += rng.uniform(24, 72) * HOUR
             path.append((State.BURNED_IN, at, "burnin-pass"))
             at += rng.uniform(0.1, 1) * HOUR

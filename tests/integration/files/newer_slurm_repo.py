@@ -16,13 +16,11 @@ import re
 import subprocess
 import sys
 
+from flat_repo import index_and_sign, run
+
 REPO = "/srv/repo"
 WORK = "/srv/work"
 ROOTS = ["slurm-client", "slurmd", "slurmctld", "slurmdbd"]
-
-
-def run(*argv, **kwargs):
-    return subprocess.run(argv, check=True, capture_output=True, text=True, **kwargs).stdout
 
 
 def in_release(name, suite):
@@ -62,22 +60,9 @@ def main(suite, version):
     later = [(name, ver) for name, ver in taken if name in named or not in_release(name, suite)]
     os.makedirs(REPO, exist_ok=True)
     run("apt-get", "download", *(f"{name}={ver}" for name, ver in later), cwd=REPO)
-    with open(os.path.join(REPO, "Packages"), "w") as handle:
-        handle.write(run("apt-ftparchive", "packages", ".", cwd=REPO))
-    release = run("apt-ftparchive", "-o", "APT::FTPArchive::Release::Origin=kiln-site",
-                  "release", ".", cwd=REPO)  # fmt: skip
-    with open(os.path.join(REPO, "Release"), "w") as handle:
-        handle.write(release)
-    os.makedirs(os.path.join(WORK, "gnupg"), mode=0o700, exist_ok=True)
-    gpg = ["gpg", "--batch", "--homedir", os.path.join(WORK, "gnupg")]
-    run(*gpg, "--passphrase", "", "--quick-gen-key", "kiln site repository", "ed25519", "sign")
-    with open(os.path.join(REPO, "key.asc"), "w") as handle:
-        handle.write(run(*gpg, "--armor", "--export"))
-    run(*gpg, "--yes", "--clearsign", "-o", os.path.join(REPO, "InRelease"),
-        os.path.join(REPO, "Release"))  # fmt: skip
-    colons = run(*gpg, "--with-colons", "--list-keys")
+    fingerprint = index_and_sign(REPO, WORK)
     print(" ".join(name for name, _ in later))
-    print([line.split(":")[9] for line in colons.splitlines() if line.startswith("fpr:")][0])
+    print(fingerprint)
 
 
 if __name__ == "__main__":

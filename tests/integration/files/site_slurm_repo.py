@@ -12,16 +12,13 @@ Debian's and the version says where they came from.
 
 import os
 import re
-import subprocess
 import sys
+
+from flat_repo import index_and_sign, run
 
 REPO = "/srv/repo"
 WORK = "/srv/work"
 ROOTS = ["slurm-client", "slurmd", "slurmctld"]
-
-
-def run(*argv, **kwargs):
-    return subprocess.run(argv, check=True, capture_output=True, text=True, **kwargs).stdout
 
 
 def show(package):
@@ -76,22 +73,7 @@ def main(suffix):
     run("apt-get", "download", *(f"{name}={version}" for name in packages), cwd=WORK)
     for deb in sorted(f for f in os.listdir(WORK) if f.endswith(".deb")):
         rebuild(os.path.join(WORK, deb), version, new)
-    with open(os.path.join(REPO, "Packages"), "w") as handle:
-        handle.write(run("apt-ftparchive", "packages", ".", cwd=REPO))
-    release = run("apt-ftparchive", "-o", "APT::FTPArchive::Release::Origin=kiln-site",
-                  "release", ".", cwd=REPO)  # fmt: skip
-    with open(os.path.join(REPO, "Release"), "w") as handle:
-        handle.write(release)
-    gpg = ["gpg", "--batch", "--homedir", os.path.join(WORK, "gnupg")]
-    os.makedirs(os.path.join(WORK, "gnupg"), mode=0o700, exist_ok=True)
-    run(*gpg, "--passphrase", "", "--quick-gen-key", "kiln site repository", "ed25519", "sign")
-    with open(os.path.join(REPO, "key.asc"), "w") as handle:
-        handle.write(run(*gpg, "--armor", "--export"))
-    run(*gpg, "--yes", "--clearsign", "-o", os.path.join(REPO, "InRelease"),
-        os.path.join(REPO, "Release"))  # fmt: skip
-    colons = run(*gpg, "--with-colons", "--list-keys")
-    fprs = [line.split(":")[9] for line in colons.splitlines() if line.startswith("fpr:")]
-    fingerprint = fprs[0]  # the primary key's
+    fingerprint = index_and_sign(REPO, WORK)
     print(new, fingerprint)
 
 
