@@ -19,7 +19,7 @@ MOLECULE_SCENARIOS := $(notdir $(wildcard molecule/*))
 SYSTEM_PACKAGES := openssh-server openssh-client chromium rpm createrepo-c dnf dnf-plugins-core \
 	docker-registry
 
-.PHONY: help deps deps-runtime system-deps lint test test-unit test-local test-integration test-molecule test-airgapped test-slurm-upgrade docker \
+.PHONY: help deps deps-runtime system-deps lint test test-unit test-local test-integration test-molecule test-airgapped test-slurm-upgrade test-burnin-container docker \
 	test-debian12 test-molecule-debian12 \
 	sandbox sandbox-down demo bench bench-remote gpu-check clean
 
@@ -125,6 +125,12 @@ test-airgapped: deps system-deps docker
 # job running through it (outside `make test`: about ten minutes of CI's time).
 test-slurm-upgrade: deps system-deps docker
 	$(BIN)/pytest -q -m upgrade tests/integration/test_slurm_upgrade.py
+
+# Burn-in inside a declared image (kiln_burnin.container): the sandbox's node image pushed to a
+# registry, unpacked on both nodes, the GEMMs and the all-reduce run in it (outside `make test`:
+# minutes of CI's time for a 1.5 GB image).
+test-burnin-container: deps system-deps docker
+	$(BIN)/pytest -q -m burnin_image tests/integration/test_burnin_container.py
 
 # kiln's real flow: nodes join quarantined, burn-in passes, kiln resumes them (scripts/demo.sh).
 demo: deps-runtime docker

@@ -128,6 +128,12 @@ def test_enroot_runs_on_tmpfs_and_caches_on_local_disk():
     assert "ENROOT_CONFIG_PATH /etc/enroot/site" in with_login
     netrc = render("credentials.j2", {"kiln_containers": login, "kiln_registry_password": "k"})
     assert netrc.strip() == "machine nvcr.io login $oauthtoken password k"
+    assert "ENROOT_ALLOW_HTTP" not in conf
+    # a plain-HTTP mirror (kiln mirror serve): enroot may pull the burn-in image's copy from it
+    mirrored = render(
+        "enroot.conf.j2", {"kiln_containers": PYXIS, "kiln_mirror": {"url": "http://m:8080/k"}}
+    )
+    assert "ENROOT_ALLOW_HTTP y" in mirrored.splitlines()
 
 
 def test_pyxis_is_required_from_where_kiln_builds_it():

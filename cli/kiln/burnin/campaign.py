@@ -129,6 +129,10 @@ class _Campaign:
         self.nodes = {n: cluster.node(n) for n in outcome.nodes}
         self.ib_nodes = [n for n in outcome.nodes if self.nodes[n].ib_hcas]
         self.ib_pairs: list[IbPair] = []
+        # kiln_burnin.container: the GEMM and all-reduces run in that image (validate checked it)
+        self.container = J.burnin_container(
+            cluster.burnin.container, cluster.containers, cluster.mirror.url
+        )
 
     # -- the phases ---------------------------------------------------------------------
     def run(self) -> None:
@@ -186,7 +190,7 @@ class _Campaign:
         out, suite = self.out, self.out.suite
         per_node = [
             J.node_job(out.run_id, self.reservation, suite, name, gpus=gpus,
-                       paths=self.options.paths)
+                       paths=self.options.paths, container=self.container)
             for gpus, members in self._groups().items() for name in members
         ]  # fmt: skip
         self._manifest(per_node)
@@ -271,7 +275,7 @@ class _Campaign:
     def _allreduce(self, name: str, members: list[str], gpus: int) -> J.JobSpec:
         return J.allreduce_job(
             self.out.run_id, self.reservation, self.out.suite, name, members, gpus=gpus,
-            paths=self.options.paths,
+            paths=self.options.paths, container=self.container,
         )  # fmt: skip
 
     def _manifest(self, specs: list[J.JobSpec]) -> None:
@@ -284,6 +288,7 @@ class _Campaign:
             allreduce_jobs=[job for spec in specs for job in spec.allreduce_jobs],
             ib=manifest_entry(self.ib_nodes, self.ib_pairs) if self.ib_nodes else None,
             not_tested=self.out.not_tested,
+            container=self.container.image if self.container else None,
         )
 
     def _ib_plan(self) -> list[list[IbPair]]:

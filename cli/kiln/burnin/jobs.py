@@ -16,6 +16,9 @@ half-written result. kiln fetches those folders over SSH afterwards (kiln.burnin
     (every all-reduce goes through workloads/allreduce_launch.py, which starts nccl-tests'
     all_reduce_perf over PMIx where the nccl stage built it, else workloads/allreduce.py)
     pair         two nodes (-w a,b): the pairwise pass that localises a slow fabric result
+    (with kiln_burnin.container the GEMM and the all-reduces run inside that image, as users'
+    jobs do: KILN_BURNIN_CONTAINER holds srun's options for it, which the launcher and
+    allreduce_launch.py add; the InfiniBand rounds stay on the host, whose tools they test)
     ib round     the nodes of one round of InfiniBand pairs: ib_write_bw per rail between each
                  pair (workloads/ibbw.py on every node, the round's table sbcast to them)
 """
@@ -30,6 +33,12 @@ from dataclasses import dataclass
 
 from kiln.burnin import ib as IB
 from kiln.burnin.suites import Suite
+from kiln.inventory.containers_spec import (
+    ContainersSpec,
+    bundle_path,
+    mirrored_image,
+    pyxis_image,
+)
 from kiln.judging.thresholds import FABRIC_BYTES
 from kiln.render.hostlist import compress
 from kiln.slurmctl.leftovers import RESERVATION_PREFIX
@@ -51,6 +60,30 @@ class Paths:
 
     def run_dir(self, run_id: str) -> str:
         return f"{self.results}/{run_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Container:
+    """The image burn-in's workloads run in (kiln_burnin.container), and srun's options for it."""
+
+    image: str
+    srun_options: tuple[str, ...]
+
+    ENV = "KILN_BURNIN_CONTAINER"  # the launcher and allreduce_launch.py read it
+
+
+def burnin_container(
+    image: str | None, containers: ContainersSpec, mirror_url: str | None = None
+) -> Container | None:
+    """None without kiln_burnin.container; else the runtime's options: the image's bundle on
+    the node (oci, unpacked by the containers stage, through the mirror when one is set) or
+    the image itself, which pyxis pulls when the step starts (from the mirror's copy)."""
+    if image is None:
+        return None
+    if containers.runtime == "oci":
+        return Container(image, (f"--container={bundle_path(containers.bundle_dir, image)}",))
+    source = pyxis_image(mirrored_image(image, mirror_url))
+    return Container(image, (f"--container-image={source}", "--no-container-mount-home"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +117,7 @@ def _header(
     paths: Paths,
     extra: Sequence[str],
     log: str = "%j",
+    container: Container | None = None,
 ) -> list[str]:
     lines = [
         "#!/bin/bash",
@@ -101,6 +135,9 @@ def _header(
         'save() { local dest="$1"; shift; "$@" > "$dest.tmp" && mv "$dest.tmp" "$dest"; }',
         "rc=0",
     ]
+    if container is not None:
+        options = " ".join(container.srun_options)
+        lines.append(f"export {Container.ENV}={shlex.quote(options)}  # {container.image}")
     return lines
 
 
@@ -126,13 +163,13 @@ def node_job(
     *,
     gpus: int,
     paths: Paths = Paths(),
+    container: Container | None = None,
 ) -> JobSpec:
     """The per-node tests of `node`, pinned to it: its results are named by it, and the GEMM
     document records the host the job really ran on (kiln rejects a result from another)."""
     extra = ["--nodes=1", f"--nodelist={node}", *_gpu_options(gpus)]
-    lines = _header(
-        "node", run_id, reservation, suite.time_limit_minutes, paths, extra, log=f"{node}-%j"
-    )
+    minutes = suite.time_limit_minutes
+    lines = _header("node", run_id, reservation, minutes, paths, extra, f"{node}-%j", container)
     seconds = f"{suite.gemm_seconds(bool(gpus)):g}"
     lines += [
         f"node={shlex.quote(node)}  # the node this job tests (it is pinned there)",
@@ -161,11 +198,13 @@ def allreduce_job(
     *,
     gpus: int,
     paths: Paths = Paths(),
+    container: Container | None = None,
 ) -> JobSpec:
     """An all-reduce across `nodes` (exactly those), ring forced: fabric or pair jobs."""
     minutes = suite.time_limit_minutes
     extra = [f"--nodes={len(nodes)}", f"--nodelist={compress(nodes)}", *_gpu_options(gpus)]
-    lines = _header(name.split("-")[0], run_id, reservation, minutes, paths, extra)
+    kind = name.split("-")[0]
+    lines = _header(kind, run_id, reservation, minutes, paths, extra, container=container)
     args = _allreduce_args(suite, gpus, minutes, ring=True)
     lines.append(
         f'save "$out/allreduce/{name}.json" {paths.launcher} allreduce_launch '

@@ -203,15 +203,47 @@ def mirrored_image(reference: str, mirror_url: str | None) -> str:
     return f"{urlsplit(mirror_url).netloc}/{reference}"
 
 
+def pyxis_image(reference: str) -> str:
+    """An image reference as pyxis names it, the registry set apart by '#'
+    ('nvcr.io/nvidia/pytorch:24.05-py3' -> 'nvcr.io#nvidia/pytorch:24.05-py3')."""
+    host = image_registry(reference)
+    return f"{host}#{reference[len(host) + 1 :]}"
+
+
+# The host's name resolution, bound read-only into every bundle (as enroot does): the
+# cluster's node names resolve inside a job step's container.
+HOST_FILES = ("/etc/hosts", "/etc/resolv.conf")
+_HOSTS_OWN = ("network", "uts")  # namespaces a job step shares with its node
+_SYSFS = {"destination": "/sys", "type": "bind", "source": "/sys",
+          "options": ["rbind", "nosuid", "noexec", "nodev", "ro"]}  # fmt: skip
+
+
 def rootless_bundle_config(config: dict) -> dict:
-    """An unpacked image's runtime configuration as Slurm's rootless crun can run it: mount
-    options naming a group id dropped (devpts' gid=5, tty: no group but the user's is mapped in
-    a rootless container's user namespace, and the mount fails with EINVAL)."""
-    mounts = [
-        {**mount, "options": [o for o in mount.get("options", []) if not o.startswith("gid=")]}
-        for mount in config.get("mounts", [])
-    ]
-    return {**config, "mounts": mounts}
+    """An unpacked image's runtime configuration as Slurm's rootless crun runs a job step:
+
+    - mount options naming a group id dropped (devpts' gid=5, tty: no group but the user's is
+      mapped in a rootless container's user namespace, and the mount fails with EINVAL);
+    - the host's network and name (no network or UTS namespace): a step's ranks on different
+      nodes reach each other over the node's own interfaces and see its hostname, as MPI, NCCL
+      and torch.distributed expect; sysfs cannot then be mounted anew (the kernel allows it
+      only in a network namespace the user namespace owns), so /sys is the host's, read-only;
+    - the host's /etc/hosts and /etc/resolv.conf, read-only (HOST_FILES).
+
+    The same result for a configuration given twice (the role applies it at every run)."""
+    mounts = []
+    for mount in config.get("mounts", []):
+        if mount.get("destination") in HOST_FILES:
+            continue
+        if mount.get("destination") == "/sys":
+            mount = _SYSFS
+        options = [o for o in mount.get("options", []) if not o.startswith("gid=")]
+        mounts.append({**mount, "options": options})
+    mounts += [{"destination": path, "type": "bind", "source": path,
+                "options": ["bind", "nosuid", "nodev", "ro"]} for path in HOST_FILES]  # fmt: skip
+    linux = config.get("linux", {})
+    namespaces = [ns for ns in linux.get("namespaces", []) if ns.get("type") not in _HOSTS_OWN]
+    rest = {key: value for key, value in config.items() if key != "hostname"}
+    return {**rest, "mounts": mounts, "linux": {**linux, "namespaces": namespaces}}
 
 
 # The slurm_oci role's filters (playbooks/filter_plugins/kiln_filters.py).

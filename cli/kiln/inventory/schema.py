@@ -17,7 +17,7 @@ from kiln.inventory.batches import BATCH_SIZE
 from kiln.inventory.containers_spec import CONTAINERS_KEY, REGISTRY_PASSWORD_KEY, ContainersSpec
 from kiln.inventory.health_spec import HealthSpec
 from kiln.inventory.ib_spec import IbSpec
-from kiln.inventory.mirror_spec import MIRROR_KEY, MirrorSpec
+from kiln.inventory.mirror_spec import MIRROR_KEY, MirrorSpec, image_references
 from kiln.inventory.monitoring_spec import MONITORING_KEY, MonitoringSpec
 from kiln.inventory.slurm_spec import SlurmSpec
 
@@ -109,6 +109,16 @@ class BurninSpec(StrictModel):
         description="share of a rail's line rate ib_write_bw must reach; default 90 % "
         "(85 % below 100 Gb/s)",
     )
+    container: str | None = Field(
+        None,
+        description="run the GEMM and the all-reduces inside this image, the path users' jobs "
+        "take (one of kiln_containers.images; docs/containers.md)",
+    )
+
+    @field_validator("container")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        return value if value is None else image_references([value])[0]
 
 
 class RolloutSpec(StrictModel):

@@ -93,9 +93,11 @@ def write_manifest(
     nccl_jobs: list[str] = (),
     ib: dict | None = None,
     not_tested: dict[str, str] | None = None,
+    container: str | None = None,
 ) -> Path:
     """Create the run directory and its manifest (what the campaign submits; `not_tested`:
-    the nodes it could not test, node -> why, e.g. busy with jobs outside the reservation)."""
+    the nodes it could not test, node -> why, e.g. busy with jobs outside the reservation;
+    `container`: the image the workloads ran in, kiln_burnin.container)."""
     layout = RunLayout(Path(run_dir))
     layout.root.mkdir(parents=True, exist_ok=True, mode=0o700)
     layout.root.chmod(0o700)  # a run record is private: 0700 directories, 0600 files
@@ -113,6 +115,7 @@ def write_manifest(
         "nccl_jobs": list(nccl_jobs),
         "ib": ib,  # manifest_entry; None without InfiniBand
         "not_tested": dict(not_tested or {}),
+        "container": container,
     }
     _write_atomic(layout.manifest, json.dumps(doc, indent=2) + "\n")
     return layout.manifest

@@ -20,6 +20,11 @@ it chooses the implementation and starts it with srun over the job's nodes, one 
                 srun --kill-on-bad-exit=1 --ntasks-per-node=G python3 allreduce.py ARGS
               allreduce.py's document as it prints it (implementation "torch", wrong 0), with
               "fallback" saying why nccl-tests did not run where it was built.
+  in an image with KILN_BURNIN_CONTAINER set (kiln_burnin.container: srun's options for the
+              image): torch, in the image, as users' jobs run; the image's python3 is given
+              allreduce.py's text, so the image needs nothing of kiln's and nothing is mounted:
+                srun --kill-on-bad-exit=1 --ntasks-per-node=G OPTIONS python3 -c TEXT ARGS
+              its document says "container": the options.
 
 A nccl-tests run that printed its whole table (its footer "# Out of bounds values") is a result
 even when it exits 1: it does when values were wrong, and kiln judges `wrong`. One that stopped
@@ -42,6 +47,7 @@ from pathlib import Path
 SCHEMA_VERSION = 1
 NCCL_TESTS = "/opt/kiln/nccl-tests/current/build/all_reduce_perf"
 NCCL_TESTS_ENV = "KILN_BURNIN_NCCL_TESTS"  # the burnin role's launcher sets it
+CONTAINER_ENV = "KILN_BURNIN_CONTAINER"  # the job script sets it (kiln.burnin.jobs.Container)
 TABLE = re.compile(r"^#\s+size\s+count\s+type", re.MULTILINE)  # the result table's header
 FOOTER = "# Out of bounds values"
 TAIL = 2000  # characters of a failed run's output kept in `fallback`
@@ -54,6 +60,10 @@ def nccl_tests_path(args: argparse.Namespace, env: dict[str, str]) -> str:
 def choose(args: argparse.Namespace, env: dict[str, str]) -> tuple[str, str | None]:
     """(implementation, why not nccl-tests): "nccl-tests" only on GPU jobs with the binary."""
     if args.implementation == "torch":
+        return "torch", None
+    if container_options(env):
+        if args.implementation == "nccl-tests":
+            raise SystemExit("allreduce_launch: nccl-tests is the host's, not the image's")
         return "torch", None
     if args.backend != "nccl":
         if args.implementation == "nccl-tests":
@@ -75,6 +85,11 @@ def sizes(args: argparse.Namespace) -> tuple[int, int]:
     return low, high
 
 
+def container_options(env: dict[str, str]) -> list[str]:
+    """srun's options for the declared image (none: the host's runtime)."""
+    return shlex.split(env.get(CONTAINER_ENV, ""))
+
+
 def srun(args: argparse.Namespace, *extra: str) -> list[str]:
     return ["srun", *extra, "--kill-on-bad-exit=1", f"--ntasks-per-node={args.ntasks_per_node}"]
 
@@ -90,7 +105,11 @@ def nccl_tests_command(args: argparse.Namespace, env: dict[str, str]) -> list[st
     ]
 
 
-def torch_command(args: argparse.Namespace, python: str = sys.executable) -> list[str]:
+def torch_command(
+    args: argparse.Namespace, python: str = sys.executable, container: list[str] = ()
+) -> list[str]:
+    """allreduce.py over srun: with the host's python, or in the image (`container`, srun's
+    options) with the image's python3 given the workload's text."""
     workload = str(Path(__file__).with_name("allreduce.py"))
     forwarded = [
         *("--iters", str(args.iters), "--warmup", str(args.warmup)),
@@ -105,12 +124,16 @@ def torch_command(args: argparse.Namespace, python: str = sys.executable) -> lis
             forwarded += [flag, str(value)]
     if args.ring:
         forwarded.append("--ring")
+    if container:
+        text = Path(workload).read_text(encoding="utf-8")
+        return [*srun(args), *container, "python3", "-c", text, *forwarded]
     return [*srun(args), python, workload, *forwarded]
 
 
 def run(cmd: list[str], env: dict[str, str], keep_stderr: bool) -> subprocess.CompletedProcess:
     """Run `cmd`, its stdout kept; its stderr kept too, or else streamed into the job's log."""
-    print(f"allreduce_launch: {shlex.join(cmd)}", file=sys.stderr, flush=True)
+    shown = [a if len(a) < 256 else f"[{len(a)} characters]" for a in cmd]  # a workload's text
+    print(f"allreduce_launch: {shlex.join(shown)}", file=sys.stderr, flush=True)
     stderr = subprocess.PIPE if keep_stderr else None
     try:
         return subprocess.run(
@@ -176,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             return proc.returncode or 1  # started and stopped part-way: no result
         tail = (proc.stdout + proc.stderr).strip()[-TAIL:]
         fallback = f"nccl-tests exited {proc.returncode} before its table: {tail}"
-    cmd = torch_command(args)
+    container = container_options(env)
+    cmd = torch_command(args, container=container)
     proc = run(cmd, env, keep_stderr=False)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout)
@@ -191,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     doc.setdefault("wrong", 0)
     if fallback:
         doc["fallback"] = fallback
+    if container:
+        doc["container"] = container
     json.dump(doc, sys.stdout, indent=1)
     sys.stdout.write("\n")
     return 0

@@ -19,6 +19,7 @@ from kiln.inventory.rules import (
     blocks,
     cluster,
     connection,
+    containers,
     fabric,
     hosts,
     mirror,
@@ -97,6 +98,7 @@ RULES: tuple[Rule, ...] = (
     fabric.capture_holds_the_compute_nodes,
     blocks.nvlink_domains_make_the_blocks,
     slurm.nvl72_trays_have_their_slurm,
+    containers.burnin_image_is_runnable,
 )
 
 
