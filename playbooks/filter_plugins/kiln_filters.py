@@ -5,12 +5,14 @@ state and reason from `scontrol show node` output; kiln_health_expectations writ
 health expectations (kiln.health.expect); kiln_mirrored puts a download source under
 kiln_mirror.url (kiln.mirror.filters); kiln_bundle_path, kiln_image_registry and
 kiln_image_pinned name a container image's bundle, registry and pinned reference
-(kiln.inventory.containers_spec)."""
+(kiln.inventory.containers_spec); kiln_identity_change says whether a node's hardware identity
+changed (kiln.parsers.identity)."""
 
 from kiln.health.expect import FILTERS as HEALTH_FILTERS
 from kiln.inventory.containers_spec import FILTERS as CONTAINER_FILTERS
 from kiln.mirror.filters import FILTERS as MIRROR_FILTERS
 from kiln.parsers.drain_reason import FILTERS as REASON_FILTERS
+from kiln.parsers.identity import FILTERS as IDENTITY_FILTERS
 from kiln.render import FILTERS
 
 
@@ -22,4 +24,5 @@ class FilterModule:
             **HEALTH_FILTERS,
             **MIRROR_FILTERS,
             **CONTAINER_FILTERS,
+            **IDENTITY_FILTERS,
         }

@@ -6,7 +6,9 @@ fingerprint and the probe found nothing drifted. Anything else runs it, fail saf
     changed       the record's fingerprint is not the desired one (code, variables, files)
     drifted       a managed file, package or service is no longer as the stage left it, or
                   a program the stage installs reports another version than declared
-                  (`slurmd -V`, `slurmctld -V`: the slurm stage)
+                  (`slurmd -V`, `slurmctld -V`: the slurm stage), or (the slurm stage, which
+                  quarantines) the node's hardware identity is not what it last saw: a
+                  replaced board, GPU or HCA (kiln.parsers.identity)
     no_record     the node holds no record of the stage (never applied by a recording kiln)
     probe_failed  the probe did not answer or could not read a record: every stage runs
     pending       a restart marker a failed run left (/var/lib/kiln/*-pending): every stage runs
@@ -25,9 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.drift.remote import NodeProbe
+from kiln.parsers.identity import identity_change, identity_only
 from kiln.profiles.slurm import release_of, upgrade_steps
 
 ALWAYS = ("preflight",)
+QUARANTINES = "slurm"  # the stage whose slurm_node role drains a node whose identity changed
 RUN_REASONS = (
     "changed", "drifted", "no_record", "probe_failed", "pending", "failed_last", "with_others",
     "asked",
@@ -66,6 +70,8 @@ def describe_drift(item: Mapping[str, Any]) -> str:
             said += f" (beyond Slurm {release_of(str(was))}'s upgrade window: through "
             said += f"{' then '.join(steps)} first)"
         return said
+    if kind == "identity":
+        return f"{name} (was {was}, now {now})"
     if kind == "service":
         was, now = was or {}, now or {}
         keys = sorted(set(was) | set(now))
@@ -130,9 +136,23 @@ def _decide(stage: str, node: str, wanted: str, probe: NodeProbe | None, failed:
     if record.get("fingerprint") != wanted:
         return Decision(stage, node, "changed")
     drift = tuple(record.get("drift") or ())
+    if stage == QUARANTINES:
+        drift += _identity_drift(probe)
     if drift:
         return Decision(stage, node, "drifted", drift)
     return Decision(stage, node, "unchanged")
+
+
+def _identity_drift(probe: NodeProbe) -> tuple[Mapping[str, Any], ...]:
+    """The node's identity as drift, when what the slurm_node role saw and what the node's
+    reader prints now differ in a word both hold (no record of either: nothing to compare)."""
+    if not probe.joined or probe.identity is None:
+        return ()
+    change = identity_change(probe.joined, probe.identity)
+    if not change:
+        return ()
+    return ({"kind": "identity", "name": change, "recorded": identity_only(probe.joined),
+             "now": identity_only(probe.identity)},)  # fmt: skip
 
 
 def assess(

@@ -11,7 +11,10 @@ nothing is installed there.
     probe            for every APPLIED/<stage>.json: its fingerprint, and what differs now
                      (a file's sha256, a package's version, a service active/enabled, a daemon's
                      `-V` against its declared version); plus the restart markers a failed run
-                     left (*-pending under /var/lib/kiln)
+                     left (*-pending under /var/lib/kiln), and the node's hardware identity:
+                     what the slurm_node role last saw (JOINED) and what its identity reader
+                     (IDENTITY_READER, installed by that role) prints now; kiln compares them
+                     (kiln.parsers.identity)
 
 Packages are read from the node's package database: dpkg (dpkg-query) or RPM (rpm -q).
 
@@ -39,6 +42,9 @@ RPM_DATABASES = ("/var/lib/rpm", "/usr/lib/sysimage/rpm")
 # SSH session's PATH may lack them.
 VERSION_COMMANDS = {"slurmd": ["slurmd", "-V"], "slurmctld": ["slurmctld", "-V"]}
 SBIN = ("/usr/local/sbin", "/usr/sbin", "/sbin")
+JOINED = "/var/lib/kiln/slurm-joined"
+IDENTITY_READER = "/usr/local/libexec/kiln/node-identity"
+IDENTITY_TIMEOUT = 150
 VERSION_TIMEOUT = 30
 _VERSION = re.compile(r"^\s*slurm(?:-wlm)?\s+(\d+\.\d+(?:\.\d+)?\S*)", re.MULTILINE)
 
@@ -206,6 +212,25 @@ def _differences(recorded, now, kind):
     return found
 
 
+def identity(root):
+    """(what the slurm_node role last saw of the node, what its reader prints now): either
+    None where it is not there (a node the role never quarantined, an older kiln's)."""
+    try:
+        with open(_path(root, JOINED)) as handle:
+            seen = handle.read().strip()
+    except OSError:
+        seen = None
+    reader = _path(root, IDENTITY_READER)
+    if not os.access(reader, os.X_OK):
+        return seen, None
+    argv = [reader] + (["--root", root] if root else [])
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=IDENTITY_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired):
+        return seen, None
+    return seen, (proc.stdout.strip() if proc.returncode == 0 else None)
+
+
 def probe(root):
     """Every record's fingerprint and drift: one dpkg-query (or rpm -q) and one systemctl for
     all stages, and each declared program's `-V` once."""
@@ -256,7 +281,9 @@ def probe(root):
         markers = sorted(n for n in os.listdir(_path(root, MARKERS)) if n.endswith("-pending"))
     except OSError:
         markers = []
-    return {"schema": SCHEMA, "stages": stages, "pending": markers, "errors": errors}
+    seen, now_identity = identity(root)
+    return {"schema": SCHEMA, "stages": stages, "pending": markers, "errors": errors,
+            "joined": seen, "identity": now_identity}  # fmt: skip
 
 
 def main(argv):

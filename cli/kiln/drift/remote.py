@@ -39,6 +39,8 @@ class NodeProbe:
     pending: tuple[str, ...] = ()
     error: str | None = None
     seconds: float = 0.0
+    joined: str | None = None  # what the slurm_node role last saw of the node's hardware
+    identity: str | None = None  # what the node's identity reader prints now
 
 
 def node_command(*args: str) -> str:
@@ -64,7 +66,10 @@ def _parse(answer: NodeResult) -> NodeProbe:
     if document.get("errors"):  # a record it could not read: that node is not trusted
         return failed("; ".join(map(str, document["errors"]))[:500])
     pending = tuple(document.get("pending") or ())
-    return NodeProbe(answer.name, True, stages, pending, seconds=answer.duration)
+    joined, identity = document.get("joined"), document.get("identity")
+    return NodeProbe(answer.name, True, stages, pending, seconds=answer.duration,
+                     joined=joined if isinstance(joined, str) else None,
+                     identity=identity if isinstance(identity, str) else None)  # fmt: skip
 
 
 def probe_nodes(
