@@ -223,6 +223,12 @@ def launch_module():
     return module
 
 
+def test_the_job_script_the_launcher_and_allreduce_launch_name_one_variable():
+    template = ROOT / "playbooks" / "roles" / "burnin" / "templates" / "kiln-burnin.j2"
+    assert launch_module().CONTAINER_ENV == J.Container.ENV == "KILN_BURNIN_CONTAINER"
+    assert f"${{{J.Container.ENV}:-}}" in template.read_text()
+
+
 def test_the_all_reduce_runs_in_the_image_with_its_torch(tmp_path):
     mod = launch_module()
     args = mod.arguments(["--backend", "nccl", "--implementation", "nccl-tests"])
