@@ -4,6 +4,7 @@
     report.drain()                      # {node: "kiln: gemm gpu3 612 TFLOPS < floor 700"}
     localise(busbw_by_pair, threshold)  # which nodes or links make a fabric slow
     pair_schedule(nodes)                # rounds of node pairs for the pairwise pass
+    Locator(fabric, threshold)          # node, rail or leaf uplink, in rounds (judging.locate)
 
 Pure: no files, no SSH, no Slurm. The campaign (kiln.burnin) gathers the results into a run
 record (kiln.records.burnin), which reads them back as the typed records judged here.
