@@ -95,6 +95,7 @@ def test_datasheet_figures():
         "h100-sxm": 989,
         "h200-sxm": 989,
         "b200": 2250,
+        "b300": 2250,  # HGX B300: 36 PFLOPS BF16 with sparsity over 8 GPUs, halved
         "a100-sxm-80g": 312,
         "h100-pcie": 756,
         "l40s": 362,
@@ -152,6 +153,7 @@ def test_get_profile_unknown_id_raises_key_error_naming_known_ids():
         ("NVIDIA H100 80GB HBM3", "h100-sxm"),
         ("NVIDIA H200", "h200-sxm"),
         ("NVIDIA B200", "b200"),
+        ("NVIDIA B300 SXM6 AC", "b300"),  # what CUDA names a B300 (hardware.yml's sources)
         ("NVIDIA A100-SXM4-80GB", "a100-sxm-80g"),
         ("NVIDIA H100 PCIe", "h100-pcie"),
         ("NVIDIA L40S", "l40s"),
@@ -401,3 +403,16 @@ def test_an_architecture_whose_runtime_cannot_run_it_is_refused(compat):
     data["architectures"]["blackwell"]["burnin_runtime"] = "torch-2.5.1-cu124"
     with pytest.raises(ValidationError, match="blackwell needs CUDA >= 12.8"):
         CompatTable.model_validate(data)
+
+
+def test_b300_is_blackwell_ultra_with_no_power_limits_guessed(compat):
+    b300 = get_profile("b300")
+    assert (b300.compute_capability, b300.architecture, b300.gres_type) == (
+        "10.3", "blackwell", "b300",
+    )  # fmt: skip
+    assert b300.fabric_manager_required and b300.gpu_count_default == 8
+    assert b300.min_driver_branch == 580 and b300.open_kernel_modules
+    # no nvidia-smi capture of a B300: no limits, so validate checks none
+    assert (b300.power_limit_min_w, b300.power_limit_max_w) == (None, None)
+    versions = Versions(driver_branch=570, cuda="12.8", nccl="2.25.1", slurm="24.05")
+    assert any("b300" in p.message for p in errors(compat.check(versions, [b300])))
