@@ -96,6 +96,14 @@ class InventoryContext:
         model = self.typed.get(id(located))
         return None if model is None else self.profiles.get(model)
 
+    def gpu_count(self, host: ResolvedHost) -> int:
+        """The GPUs the host declares (kiln_gpu_count, else its profile's default); 0 without a
+        GPU profile, or where the count is unreadable (kiln.inventory.values reports it)."""
+        profile = self.profile(host)
+        if profile is None or profile.id == "none":
+            return 0
+        return self.value(host, "kiln_gpu_count", profile.gpu_count_default) or 0
+
     # -- cluster-wide values ----------------------------------------------------------------
 
     def written(self, key: str) -> Located | None:

@@ -104,10 +104,7 @@ def _gpu_profiles_in_use(ctx: InventoryContext) -> list[HardwareProfile]:
     in_use: dict[str, HardwareProfile] = {}
     for host in ctx.hosts.values():
         profile = ctx.profile(host)
-        if profile is None or profile.id == "none" or profile.id in in_use:
-            continue
-        count = ctx.value(host, "kiln_gpu_count", profile.gpu_count_default)
-        if count is not None and count > 0:
+        if profile is not None and profile.id not in in_use and ctx.gpu_count(host) > 0:
             in_use[profile.id] = profile
     return list(in_use.values())
 

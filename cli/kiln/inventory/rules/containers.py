@@ -13,7 +13,6 @@ from __future__ import annotations
 from kiln.inventory.containers_spec import ContainersSpec
 from kiln.inventory.context import COMPUTE, InventoryContext
 from kiln.inventory.findings import FindingCollector
-from kiln.inventory.resolve import ResolvedHost
 from kiln.inventory.schema import BurninSpec
 
 
@@ -43,7 +42,9 @@ def burnin_image_is_runnable(ctx: InventoryContext, out: FindingCollector) -> No
             key="kiln_burnin.container",
             hint="add it to kiln_containers.images",
         )
-    gpu_nodes = [name for name, host in ctx.hosts.items() if _gpu_node(ctx, host)]
+    gpu_nodes = [
+        name for name, host in ctx.hosts.items() if COMPUTE in host.groups and ctx.gpu_count(host)
+    ]
     if gpu_nodes:
         out.error(
             f"kiln_burnin.container with runtime oci on GPU nodes ({', '.join(gpu_nodes[:3])}"
@@ -54,10 +55,3 @@ def burnin_image_is_runnable(ctx: InventoryContext, out: FindingCollector) -> No
             hint="use kiln_containers.runtime pyxis (enroot brings the GPUs in) for burn-in "
             "in an image on GPU nodes",
         )
-
-
-def _gpu_node(ctx: InventoryContext, host: ResolvedHost) -> bool:
-    profile = ctx.profile(host)
-    if COMPUTE not in host.groups or profile is None or profile.id == "none":
-        return False
-    return bool(ctx.value(host, "kiln_gpu_count", profile.gpu_count_default))

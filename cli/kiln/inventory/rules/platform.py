@@ -21,10 +21,8 @@ def os_is_supported(ctx: InventoryContext, host: ResolvedHost, out: FindingColle
     arch = ctx.value(host, "kiln_arch", table.default["arch"])
     if os_id is None or arch is None:
         return  # not a string: reported by kiln.inventory.values
-    profile = ctx.profile(host)
-    count = ctx.value(host, "kiln_gpu_count", profile.gpu_count_default) if profile else 0
     branch = None
-    if profile is not None and profile.id != "none" and count and ctx.versions is not None:
+    if ctx.gpu_count(host) and ctx.versions is not None:
         branch = int(ctx.versions.driver_branch)
     for problem in table.problems(os_id, arch, branch):
         if "driver" in problem:
