@@ -27,7 +27,7 @@ uplink. Pure: measurements in, findings out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from kiln.judging.pairs import pair_schedule
@@ -94,6 +94,16 @@ class Locator:
             self.fabric.leaf(n, rail) in named.uplinks for n in (a, b)
         )
 
+    def _slow_between_cleared_leaves(self) -> Iterator[tuple[str, str, int]]:
+        """(a, b, rail) of each slow measurement across two leaves whose two nodes are cleared
+        on that rail: what is left to blame is either leaf's uplink."""
+        for a, b, rail, _ in self._slow():
+            if (
+                self.fabric.leaf(a, rail) != self.fabric.leaf(b, rail)
+                and {(a, rail), (b, rail)} <= self.cleared
+            ):
+                yield a, b, rail
+
     def _name_node_faults(self) -> None:
         """A node slow on every rail with two partners; else a rail slow with two partners."""
         slow_with: dict[tuple[str, int], set[str]] = {}
@@ -150,12 +160,8 @@ class Locator:
         """For each slow measurement across leaves with both ends cleared on its rail: one
         cleared node of each leaf against a cleared node of a third, unimplicated leaf."""
         implicated: dict[str, int] = {}  # leaf -> its rail
-        for a, b, rail, _ in self._slow():
-            if self._explained(a, b, rail):
-                continue
-            if self.fabric.leaf(a, rail) == self.fabric.leaf(b, rail):
-                continue
-            if (a, rail) in self.cleared and (b, rail) in self.cleared:
+        for a, b, rail in self._slow_between_cleared_leaves():
+            if not self._explained(a, b, rail):
                 for node in (a, b):
                     implicated[self.fabric.leaf(node, rail)] = rail
         busy: set[str] = set()
@@ -185,10 +191,8 @@ class Locator:
 
     def _name_uplinks(self) -> None:
         slow_across: dict[str, set[str]] = {}  # leaf -> the other leaves it was slow with
-        for a, b, rail, _ in self._slow():
+        for a, b, rail in self._slow_between_cleared_leaves():
             leaves = (self.fabric.leaf(a, rail), self.fabric.leaf(b, rail))
-            if leaves[0] == leaves[1] or not all((n, rail) in self.cleared for n in (a, b)):
-                continue
             slow_across.setdefault(leaves[0], set()).add(leaves[1])
             slow_across.setdefault(leaves[1], set()).add(leaves[0])
         for leaf, others in sorted(slow_across.items()):
