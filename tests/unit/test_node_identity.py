@@ -15,9 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from captures import shared_capture
-from kiln.drift import assess
+from kiln.drift import assess, node
 from kiln.drift.remote import NODE_SCRIPT, NodeProbe
 from kiln.parsers.identity import NEW_NODE, identity_change, identity_only
 
@@ -114,6 +115,13 @@ def test_a_node_without_the_driver_and_one_whose_gpus_cannot_be_read(tmp_path):
 
 
 # --- the drift probe: a converged re-apply runs the slurm stage on a changed node ------------
+
+
+def test_the_probe_reads_where_the_role_writes():
+    # node.py is shipped to nodes on its own and cannot import the role's variables
+    role = yaml.safe_load((ROOT / "playbooks/roles/slurm_node/vars/main.yml").read_text())
+    assert role["__slurm_node_joined_marker"] == node.JOINED
+    assert role["__slurm_node_identity_reader"] == node.IDENTITY_READER
 
 
 def probe_with_identity(tmp_path: Path, seen: str | None) -> dict:

@@ -42,6 +42,7 @@ import shlex
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 SCHEMA_VERSION = 1
@@ -106,7 +107,7 @@ def nccl_tests_command(args: argparse.Namespace, env: dict[str, str]) -> list[st
 
 
 def torch_command(
-    args: argparse.Namespace, python: str = sys.executable, container: list[str] = ()
+    args: argparse.Namespace, python: str = sys.executable, container: Sequence[str] = ()
 ) -> list[str]:
     """allreduce.py over srun: with the host's python, or in the image (`container`, srun's
     options) with the image's python3 given the workload's text."""
