@@ -30,6 +30,7 @@ from kiln.judging import BurninReport
 from kiln.plan.stages import BURNIN
 from kiln.report import render, render_table
 from kiln.state.backend import push_verdicts
+from kiln.state.lifecycle import record_burnin
 
 if TYPE_CHECKING:
     from kiln.runner.hold import Hold
@@ -233,8 +234,14 @@ def burnin(
             )  # "not tested (busy): job 4711 (alice) ..."
         # The cluster's state on the controller keeps the last verdict per node, for any runner.
         at = datetime.now(UTC).isoformat(timespec="seconds")
-        pushed = push_verdicts(cluster, node_results(outcome), outcome.run_id, at)
+        results = node_results(outcome)
+        pushed = push_verdicts(cluster, results, outcome.run_id, at)
         err.print(f"[dim]{safe(pushed)}[/]")
+        moved = record_burnin(
+            shared, outcome.run_id, results, report.drain(), report.first_failures(),
+            outcome.resumed,
+        )  # fmt: skip
+        err.print(f"[dim]{safe(moved)}[/]")
         if output is not None:
             for name in ("report.json", "report.xml", "report.html"):
                 with writing(output / name):

@@ -163,6 +163,8 @@ def provision(
                     f"drift record not written on {safe(host)} ({safe(why)}): it runs again "
                     "next time"
                 )
+            if outcome.lifecycle:
+                err.print(f"[dim]{safe(outcome.lifecycle)}[/]")
             if json_:
                 print_json("provision", outcome.result.to_dict())
             else:

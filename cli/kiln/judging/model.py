@@ -105,6 +105,15 @@ class BurninReport:
     def passed(self) -> bool:
         return not any(not v.passed for v in self.verdicts)
 
+    def first_failures(self) -> dict[str, str]:
+        """Node -> the check of its most severe failing verdict: what its drain reason names
+        first, as a word to count failures by (the node lifecycle's failure reasons)."""
+        firsts: dict[str, str] = {}
+        for v in sorted(self.failures, key=sort_key):
+            if v.action is Action.DRAIN and v.node and v.subject != "gpu":
+                firsts.setdefault(v.node, v.check)
+        return firsts
+
     def drain(self) -> dict[str, str]:
         """Node -> Slurm drain reason, for every node with a failing `drain` verdict.
 

@@ -65,14 +65,16 @@ def funnel(lives: Mapping[str, NodeLife], since: float | None = None, top: int =
     arrivals: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
     for life in lives.values():
-        for state, entered, left, evidence in life.history:
+        for index, (state, entered, left, _evidence) in enumerate(life.history):
+            if index in life.inferred:
+                continue  # a step the evidence implies, never seen: no time, no arrival
             if state in stays and left is not None and left >= start:
                 stays[state].append(left - entered)
-            if entered >= start:
-                if state is State.IN_SERVICE:
-                    arrivals[_day(entered)] += 1
-                elif state is State.FAILED:
-                    reasons[evidence or "no reason recorded"] += 1
+            if entered >= start and state is State.IN_SERVICE:
+                arrivals[_day(entered)] += 1
+        for at, reason in life.failures:
+            if at >= start:
+                reasons[reason or "no reason recorded"] += 1
     steps = tuple(
         StepTimes(
             state,
@@ -92,3 +94,34 @@ def funnel(lives: Mapping[str, NodeLife], since: float | None = None, top: int =
         slowest=slowest,
         failure_reasons=tuple(sorted(reasons.items(), key=lambda item: (-item[1], item[0]))[:top]),
     )
+
+
+def states_over_time(
+    lives: Mapping[str, NodeLife], points: int = 120
+) -> tuple[list[float], dict[State, list[int]]]:
+    """Nodes in each state at `points` evenly spaced times from the first event to the last:
+    the times, and per state its count at each (a plot of the bring-up's progress)."""
+    changes: list[tuple[float, State | None, State]] = []  # (when, left, entered)
+    for life in lives.values():
+        previous: State | None = None
+        for state, entered, _left, _evidence in life.history:
+            changes.append((entered, previous, state))
+            previous = state
+    if not changes:
+        return [], {state: [] for state in State}
+    changes.sort(key=lambda change: change[0])
+    first, last = changes[0][0], changes[-1][0]
+    times = [first + (last - first) * i / max(1, points - 1) for i in range(points)]
+    counts: Counter[State] = Counter()
+    series: dict[State, list[int]] = {state: [] for state in State}
+    index = 0
+    for at in times:
+        while index < len(changes) and changes[index][0] <= at:
+            _, left, entered = changes[index]
+            if left is not None:
+                counts[left] -= 1
+            counts[entered] += 1
+            index += 1
+        for state in State:
+            series[state].append(counts[state])
+    return times, series

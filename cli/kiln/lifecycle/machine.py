@@ -20,6 +20,8 @@ class Event:
     to: State
     evidence: str = ""  # a run id, a verdict, a reason: what moved it
     identity_change: bool = False  # its recorded serials changed (back to quarantined)
+    inferred: bool = False  # a step the evidence implies was passed, not seen: never timed
+    reason: str = ""  # to failed: a word to count failures by (the failing check), not figures
 
 
 @dataclass(slots=True)
@@ -29,27 +31,36 @@ class NodeLife:
     since: float
     # (state, entered, left or None while in it, the evidence that moved it there)
     history: list[tuple[State, float, float | None, str]] = field(default_factory=list)
+    inferred: set[int] = field(default_factory=set)  # indexes of history entered by inference
+    failures: list[tuple[float, str]] = field(default_factory=list)  # (when, reason) per failure
 
     def move(self, event: Event) -> None:
         if not allowed(self.state, event.to, identity_change=event.identity_change):
-            raise LifecycleError(
-                f"{self.node}: {self.state} -> {event.to} is not a transition of the lifecycle",
-                hint=f"from {self.state} a node goes to: {_next(self.state)}",
-            )
+            raise refusal(self.node, self.state, event.to)
         state, entered, _, evidence = self.history[-1]
         self.history[-1] = (state, entered, event.at, evidence)
+        if event.inferred:
+            self.inferred.add(len(self.history))
         self.history.append((event.to, event.at, None, event.evidence))
         self.state, self.since = event.to, event.at
+        if event.to is State.FAILED:
+            self.failures.append((event.at, event.reason or event.evidence))
 
 
-def _next(state: State) -> str:
-    return ", ".join(sorted(ALLOWED[state]))
+def refusal(node: str, state: State, to: State) -> LifecycleError:
+    """The error for a transition the lifecycle forbids, naming both states."""
+    return LifecycleError(
+        f"{node}: {state} -> {to} is not a transition of the lifecycle",
+        hint=f"from {state} a node goes to: {', '.join(sorted(ALLOWED[state]))}",
+    )
 
 
-def replay(events: Iterable[Event]) -> dict[str, NodeLife]:
-    """Every node's life from its events, applied in time order (a node's first is declared)."""
+def replay(events: Iterable[Event], *, in_order: bool = False) -> dict[str, NodeLife]:
+    """Every node's life from its events (a node's first is declared), applied in time order;
+    `in_order` keeps the order given: a log's, where appends are serialised by the cluster's
+    lock and the times are several runners' clocks, which may disagree."""
     lives: dict[str, NodeLife] = {}
-    for event in sorted(events, key=lambda e: e.at):
+    for event in events if in_order else sorted(events, key=lambda e: e.at):
         life = lives.get(event.node)
         if life is None:
             if not allowed(None, event.to):
@@ -58,7 +69,11 @@ def replay(events: Iterable[Event]) -> dict[str, NodeLife]:
                     hint="record the node's declaration first",
                 )
             lives[event.node] = NodeLife(
-                event.node, event.to, event.at, [(event.to, event.at, None, event.evidence)]
+                event.node,
+                event.to,
+                event.at,
+                [(event.to, event.at, None, event.evidence)],
+                {0} if event.inferred else set(),
             )
         else:
             life.move(event)

@@ -14,6 +14,7 @@ from kiln.records.runs import ensure_writable, new_run_id, runs_home
 from kiln.runner.execute import Listener, execute
 from kiln.runner.result import RunResult
 from kiln.state.hold import hold_cluster
+from kiln.state.lifecycle import record_run
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class ProvisionOutcome:
     # host -> why its drift record was not written (it runs again next time)
     unrecorded: dict[str, str] = field(default_factory=dict)
     pushed: bool = False  # the run's summary is in the cluster's state on the controller
+    lifecycle: str | None = None  # what the run moved in the nodes' lifecycle log, and where
 
     @property
     def exit_code(self) -> int:
@@ -84,7 +86,9 @@ def provision(
         outcome = ProvisionOutcome(result, probed)
         if shared.still_held():
             outcome.unrecorded = record(cluster, result, probed, full_plan)
-            shared.push_run(result.to_dict())
+            summary = result.to_dict()
+            shared.push_run(summary)
             outcome.pushed = True
+            outcome.lifecycle = record_run(shared, summary)
         events.finished(outcome)
     return outcome

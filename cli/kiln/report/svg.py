@@ -202,3 +202,36 @@ def heat_map(
                 f"{_fmt(value)} GB/s</title></rect>"
             )
     return "\n".join([*out, "</svg>"])
+
+
+def time_plot(
+    times: Sequence[float], series: Sequence[tuple[str, Sequence[float]]], title: str, unit: str
+) -> str:
+    """Lines of values against time (seconds since the epoch, labelled as UTC days)."""
+    from datetime import UTC, datetime
+
+    ys = [y for _, values in series for y in values]
+    ticks = nice_ticks(0.0, max(ys, default=1.0) * 1.05)
+    start, end = (times[0], times[-1]) if times else (0.0, 1.0)
+    frame = Frame(start, max(end, start + 1), 0.0, ticks[-1])
+    out = _open("time", title, "time (UTC)", unit)
+    out += _y_axis(frame, ticks)
+    for k in range(7):
+        at = start + (frame.x1 - start) * k / 6
+        out.append(
+            f'<text x="{frame.x(at):.1f}" y="{H - BOTTOM + 16}" text-anchor="middle">'
+            f"{datetime.fromtimestamp(at, UTC):%m-%d %H:%M}</text>"
+        )
+    for k, (name, values) in enumerate(series):
+        colour = PALETTE[k % len(PALETTE)]
+        coords = " ".join(
+            f"{frame.x(t):.1f},{frame.y(v):.1f}" for t, v in zip(times, values, strict=True)
+        )
+        lx = LEFT + k * 110
+        out.append(
+            f'<g class="series" data-name="{escape(name)}" data-last="{_fmt(values[-1])}">'
+            f'<polyline points="{coords}" fill="none" stroke="{colour}" stroke-width="1.6"/>'
+            f'<rect x="{lx}" y="{TOP - 4}" width="12" height="10" fill="{colour}"/>'
+            f'<text x="{lx + 16}" y="{TOP + 5}" class="legend">{escape(name)}</text></g>'
+        )
+    return "\n".join([*out, "</svg>"])

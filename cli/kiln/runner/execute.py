@@ -30,6 +30,7 @@ from kiln.runner.private import RunSecrets
 from kiln.runner.result import RunResult
 
 FACTS_KEY = "kiln_preflight"  # set_stats key the preflight role saves its facts under
+QUARANTINED_KEY = "kiln_quarantined"  # ... and the slurm_node role the nodes it quarantined
 
 
 class Listener(Protocol):
@@ -346,6 +347,10 @@ class _Run:
         if stage.name == "preflight" and FACTS_KEY in result.artifact_data:
             with self.lock:
                 self.facts.update(result.artifact_data[FACTS_KEY])
+        quarantined = result.artifact_data.get(QUARANTINED_KEY)
+        if isinstance(quarantined, dict):
+            with self.lock:
+                self.result.quarantined.update({str(h): str(w) for h, w in quarantined.items()})
         self._log_shard(stage, shard, outcome.status)
         return outcome
 

@@ -46,6 +46,9 @@ class RunResult:
     # stage manages on each host it ran on (kiln.runner.manifest; not in the summary).
     unchanged: dict[str, list[str]] = field(default_factory=dict)
     managed: dict[str, dict[str, dict[str, list[str]]]] = field(default_factory=dict)
+    # host -> why the slurm stage drained it until burn-in passes ("new node", "hardware
+    # changed: gpu_serials"): the role's kiln_quarantined statistic, read by the lifecycle
+    quarantined: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -97,6 +100,8 @@ class RunResult:
             document["new_nodes"] = self.new_nodes
         if self.unchanged:
             document["unchanged"] = self.unchanged
+        if self.quarantined:
+            document["quarantined"] = dict(sorted(self.quarantined.items()))
         document.update(
             events=self.events,
             hosts=self.hosts,

@@ -40,6 +40,7 @@ from kiln.state.controller import (
     state_dir_absent,
     update_state,
 )
+from kiln.state.lifecycle import LifecycleLog, local_log
 from kiln.state.remote import Remote, RemoteUnavailable, SshRemote
 
 RemoteFactory = Callable[[Cluster], Remote]
@@ -235,6 +236,13 @@ class SharedState:
             update_state(self.remote, patch, self.spec.path)
         except StateUnavailable as error:
             self.notes.append(f"state: not saved on the controller: {error.message}")
+
+    def lifecycle_log(self) -> LifecycleLog:
+        """The nodes' lifecycle log beside the state this run holds: the controller's, else
+        the runs home's (a cluster whose state is local, or a first bring-up)."""
+        if self.remote is not None and self.controller is not None:
+            return LifecycleLog(self.remote, self.spec.path)
+        return local_log(self.cluster, self.home)
 
     def _close_remote(self) -> None:
         if self.remote is not None:

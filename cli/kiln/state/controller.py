@@ -46,13 +46,14 @@ TAKEN, HELD, FREE, UNWRITABLE = (
 )
 STILL, GONE = "KILN-LOCK-OK", "KILN-LOCK-LOST"
 
-_OPEN = (
+OPEN_DIRECTORY = (
     'umask 077; mkdir -p "$D" 2>/dev/null && [ -w "$D" ] '
     f'|| {{ echo "{UNWRITABLE} cannot write $D as $(id -un)"; exit 4; }}\n'
     f'command -v flock >/dev/null || {{ echo "{UNWRITABLE} flock(1) is missing"; exit 4; }}\n'
 )
 LOCK_SCRIPT = (
-    _OPEN + f'exec 9>>"$D/lock" || {{ echo "{UNWRITABLE} cannot open $D/lock"; exit 4; }}\n'
+    OPEN_DIRECTORY
+    + f'exec 9>>"$D/lock" || {{ echo "{UNWRITABLE} cannot open $D/lock"; exit 4; }}\n'
     f'if ! flock -w 1 9; then echo {HELD}; cat "$D/holder.json" 2>/dev/null; exit 3; fi\n'
     # what a killed holder left (the kernel freed its lock): reported as cleared_stale
     "P=$(head -c 4096 \"$D/holder.json\" 2>/dev/null | tr -d '\\n')\n"
@@ -109,7 +110,7 @@ os.replace(tmp, path)
 print("KILN-STATE-SAVED")
 """
 UPDATE_SCRIPT = (
-    _OPEN
+    OPEN_DIRECTORY
     + f'exec 8>>"$D/state.lock" && flock -w 30 8 || {{ echo "{UNWRITABLE} state.lock"; exit 4; }}\n'
     'python3 -c "$M" "$D/state.json"\n'
 )
