@@ -148,6 +148,25 @@ def test_burnin_passes_then_drains_a_slowed_node_and_resumes_it(provisioned_sand
     files = judge_run(record, cluster).to_dict()
     assert packed == files and set(packed["summary"]["drain"]) == {slow}
 
+    # 2b. Its lifecycle (kept beside state.json on the controller): failed with the check
+    # that failed it, under triage by command, then returned to its vendor with a bundle that
+    # holds the failing verdict and its measurement.
+    lives = _kiln_json(home, "funnel", str(inventory))
+    assert lives["per_state"]["failed"] >= 1, lives
+    assert "node_vs_fleet" in [r["reason"] for r in lives["failure_reasons"]], lives
+    assert _kiln_json(home, "triage", str(inventory), slow, "--note", "slow GEMM")["state"] == (
+        "triage"
+    )
+    bundle = tmp_path / f"rma-{slow}"
+    returned = _kiln_json(home, "rma", str(inventory), slow, "--note", "CPU", "--bundle",
+                          str(bundle))  # fmt: skip
+    assert returned["state"] == "rma"
+    failures = json.loads((bundle / "burnin-failures.json").read_text())
+    assert any(v["check"] == "node_vs_fleet" and v["measured"] is not None
+               for v in failures["verdicts"]), failures  # fmt: skip
+    manifest = json.loads((bundle / "MANIFEST.json").read_text())
+    assert [h["state"] for h in manifest["history"]][-3:] == ["failed", "triage", "rma"]
+
     # 3. Quota restored: it passes again and kiln resumes the node it drained.
     rc, doc, stderr, third = _burnin(inventory, home, "--skip-runtime")
     print(f"burn-in wall times: {first:.0f}s, slowed {second:.0f}s, again {third:.0f}s")
@@ -155,6 +174,16 @@ def test_burnin_passes_then_drains_a_slowed_node_and_resumes_it(provisioned_sand
     assert doc["passed"] is True and doc["resumed"] == [slow] and doc["drained"] == {}
     state = _on_controller(cluster, f"scontrol show node {slow}")
     assert "DRAIN" not in state, state
+    # With its vendor, it comes back only through replaced (new serials at the next provision).
+    status = _kiln_json(home, "status", str(inventory))
+    assert {n["name"]: n["lifecycle"] for n in status["nodes"]}[slow] == "rma"
+
+
+def _kiln_json(home: Path, *args: str) -> dict:
+    proc = subprocess.run([KILN, *args, "--json"], env={**os.environ, "KILN_HOME": str(home)},
+                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout)
 
 
 def _slurm(cluster, command: str) -> tuple[int | None, str]:

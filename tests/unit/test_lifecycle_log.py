@@ -15,7 +15,7 @@ from kiln.errors import ExitCode, InvalidInputError
 from kiln.lifecycle import LifecycleError, State, funnel, replay
 from kiln.lifecycle.derive import BurninEvidence, RunEvidence, after_burnin, after_run, by_operator
 from kiln.lifecycle.log import NewerLog, read_lines, to_text
-from kiln.state.lifecycle import LifecycleLog, run_evidence
+from kiln.state.lifecycle import LifecycleLog, local_directory, run_evidence
 from kiln.state.remote import LocalRemote
 
 REPO = Path(__file__).resolve().parents[2]
@@ -259,3 +259,18 @@ def test_funnel_prints_the_counts_and_steps_as_json_and_html(inventory, kiln, tm
     page = (tmp_path / "f.html").read_text()
     assert 'data-name="in_service" data-last="2"' in page
     assert kiln("funnel", str(inventory), "--since", "last week").exit_code == 2
+
+
+def test_status_shows_each_nodes_lifecycle_state_and_says_when_it_cannot(inventory, tmp_path):
+    from kiln.commands.status import lifecycle_states
+    from kiln.inventory import require_valid
+
+    cluster = require_valid(inventory)
+    assert lifecycle_states(cluster) == ({}, None)  # no log yet: nothing to show, no error
+    _seed(inventory)
+    shown, note = lifecycle_states(cluster)
+    assert note is None
+    assert shown == {"gpu001": "in_service", "gpu002": "failed", "gpu003": "in_service"}
+    log = local_directory(cluster) / "lifecycle.jsonl"
+    log.write_text(log.read_text() + '{"v": 2, "node": "gpu001", "at": 1, "to": "rma"}\n')
+    assert lifecycle_states(cluster)[1].startswith("lifecycle not shown: ")

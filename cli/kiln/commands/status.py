@@ -42,13 +42,35 @@ def _health(cell: dict | None) -> str:
     return f"[{style}]{safe(cell['text'])}[/]"
 
 
-def render_table(status: ClusterStatus, health: dict[str, dict] | None = None) -> None:
+def lifecycle_states(cluster: Cluster) -> tuple[dict[str, str], str | None]:
+    """Each node's lifecycle state from the log beside the cluster's shared state, and a note
+    when it could not be read (the column then shows "-": status still answers)."""
+    from kiln.errors import KilnError
+    from kiln.state.lifecycle import lifecycle_log
+
+    try:
+        log = lifecycle_log(cluster)
+        try:
+            lives = log.lives()
+        finally:
+            log.close()
+    except KilnError as error:
+        return {}, f"lifecycle not shown: {error.message}"
+    return {node: str(life.state) for node, life in lives.items()}, None
+
+
+def render_table(
+    status: ClusterStatus,
+    health: dict[str, dict] | None = None,
+    lifecycle: dict[str, str] | None = None,
+) -> None:
     counts = ", ".join(f"{len(names)} {state}" for state, names in status.by_state().items())
     table = Table(
         title=f"{status.cluster} via {status.controller}: {counts or 'no node'}",
         title_justify="left",
     )
-    columns = ["node", "state", "GPUs (Gres/declared)", "reason", "last burn-in"]
+    columns = ["node", "state", "lifecycle", "GPUs (Gres/declared)", "reason", "last burn-in"]
+    lifecycle = lifecycle or {}
     for column in [*columns, *(["last health"] if health is not None else []), "flag"]:
         table.add_column(column)
     for row in status.rows:
@@ -61,7 +83,9 @@ def render_table(status: ClusterStatus, health: dict[str, dict] | None = None) -
         declared = "-" if row.declared_gpus is None else row.declared_gpus
         gpus = f"{slurm.gpus if slurm else '-'}/{declared}"
         flag = f"[bold red]{safe(row.flag)}[/]" if row.flag else ""
-        cells = (safe(row.name), _state(row.state), gpus, safe(reason), safe(row.burnin.text()))
+        life = safe(lifecycle.get(row.name, "-"))
+        cells = (safe(row.name), _state(row.state), life, gpus, safe(reason),
+                 safe(row.burnin.text()))  # fmt: skip
         if health is not None:
             cells = (*cells, _health(health.get(row.name)))
         table.add_row(*cells, flag)
@@ -85,11 +109,12 @@ def status(
     vault_id: VaultIds = None,
     vault_password_file: VaultPasswordFile = None,
 ) -> int:
-    """Nodes by Slurm state, drain reasons (who, when, why), GPUs per node from Gres and the last
-    burn-in verdict; nodes known to only one of the inventory and Slurm are flagged, and so is a
-    burn-in that never finished (killed: its reservation and jobs are left). --health
-    adds each compute node's last health result (its last.json over SSH, like kiln health
-    --last); without it, status asks the controller only.
+    """Nodes by Slurm state beside their lifecycle state (kiln funnel), drain reasons (who,
+    when, why), GPUs per node from Gres and the last burn-in verdict; nodes known to only one
+    of the inventory and Slurm are flagged, and so is a burn-in that never finished (killed:
+    its reservation and jobs are left). --health adds each compute node's last health result
+    (its last.json over SSH, like kiln health --last); without it, status asks the controller
+    only.
 
     Exit 0 when Slurm answered (whatever the nodes' states); 1 when the controller could not be
     asked; 2 on an invalid inventory.
@@ -101,14 +126,18 @@ def status(
     cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     result = cluster_status(cluster)
     cells = last_health(cluster, fanout, timeout) if health else None
+    lifecycle, unread_lifecycle = lifecycle_states(cluster)
     if json_:
         document = {"inventory": str(inventory.resolve()), **result.to_dict()}
-        if cells is not None:
-            for node in document["nodes"]:
+        for node in document["nodes"]:
+            node["lifecycle"] = lifecycle.get(node["name"])
+            if cells is not None:
                 node["health"] = cells.get(node["name"])
         print_json("status", document)
     else:
-        render_table(result, cells)
+        render_table(result, cells, lifecycle)
+    if unread_lifecycle:
+        err.print(f"[yellow]{safe(unread_lifecycle)}[/]")
     if result.flagged:
         err.print(f"{len(result.flagged)} node(s) flagged: inventory and Slurm disagree")
     for leftover in result.unfinished:  # its nodes hold their drains; the reservation lingers
