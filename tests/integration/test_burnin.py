@@ -163,7 +163,7 @@ def test_burnin_passes_then_drains_a_slowed_node_and_resumes_it(provisioned_sand
     assert returned["state"] == "rma"
     failures = json.loads((bundle / "burnin-failures.json").read_text())
     assert any(v["check"] == "node_vs_fleet" and v["measured"] is not None
-               for v in failures["verdicts"]), failures  # fmt: skip
+               for v in failures["failures"]), failures  # fmt: skip
     manifest = json.loads((bundle / "MANIFEST.json").read_text())
     assert [h["state"] for h in manifest["history"]][-3:] == ["failed", "triage", "rma"]
 
