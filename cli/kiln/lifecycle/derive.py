@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 
 from kiln.lifecycle.machine import Event, LifecycleError, NodeLife, refusal
 from kiln.lifecycle.states import BRING_UP, IDENTITY_CHANGE_FROM, State, allowed
-
-NEW_NODE = "new node"  # the slurm stage's quarantine reason for a node it never saw
+from kiln.parsers.identity import NEW_NODE  # the slurm stage's reason for a node it never saw
 
 
 @dataclass(frozen=True, slots=True)

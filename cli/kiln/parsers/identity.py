@@ -46,6 +46,12 @@ def identity_only(line: str | None) -> str:
     return " ".join(f"{key}={words[key]}" for key in IDENTITY_KEYS if key in words)
 
 
-# For the slurm_node role (playbooks/filter_plugins/kiln_filters.py):
-#   "{{ seen | kiln_identity_change(now) }}"
-FILTERS = {"kiln_identity_change": identity_change}
+def identity_words(line: str | None) -> dict[str, str]:
+    """The identity of a reader's line as a mapping (the preflight facts' `identity`)."""
+    words = marker_words(line)
+    return {key: words[key] for key in IDENTITY_KEYS if key in words}
+
+
+# For the slurm_node and preflight roles (playbooks/filter_plugins/kiln_filters.py):
+#   "{{ seen | kiln_identity_change(now) }}"   "{{ line | kiln_identity_words }}"
+FILTERS = {"kiln_identity_change": identity_change, "kiln_identity_words": identity_words}
