@@ -7,8 +7,10 @@ back through triage, RMA and replacement), serialised as JSON lines, one event p
 in one run, per repeat:
 
   baseline   json.loads of every line: reading the log from the shared state
-  funnel     the same lines read into events, replayed (kiln.lifecycle.replay) and summed up
-             (kiln.lifecycle.funnel): what `kiln funnel` pays after fetching the log
+  read       the same lines read into events (kiln.lifecycle.log), replayed in log order and
+             summed up (kiln.lifecycle.funnel): what `kiln funnel` pays after fetching the log
+  whole      the log read from a state directory through the shell kiln sends the controller
+             (kiln.state.lifecycle, a local bash standing in for SSH), replayed and summed up
 
 Printed: min and median of each, the ratio (median), and the funnel's slowest step.
 """
@@ -19,9 +21,14 @@ import argparse
 import json
 import random
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
-from kiln.lifecycle import Event, State, funnel, replay
+from kiln.lifecycle import funnel, replay
+from kiln.lifecycle.log import read_lines
+from kiln.state.lifecycle import LifecycleLog
+from kiln.state.remote import LocalRemote
 
 HOUR = 3600.0
 T0 = 1_761_955_200.0  # 2025-11-01T00:00:00Z
@@ -51,8 +58,9 @@ def bring_up_log(nodes: int, seed: int = 33) -> list[str]:
         path += [("burned_in", at, "pass"), ("in_service", at + rng.uniform(0.1, 1) * HOUR, "")]
         for state, when, why in path:
             if when <= NOW:
-                lines.append(json.dumps({"node": f"gpu{index:05d}", "at": when, "to": state,
-                                         "evidence": why}))  # fmt: skip
+                doc = {"v": 1, "node": f"gpu{index:05d}", "at": when, "to": state,
+                       "evidence": why, "identity_change": why == "identity changed"}  # fmt: skip
+                lines.append(json.dumps(doc))
     return lines
 
 
@@ -62,32 +70,33 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     lines = bring_up_log(args.nodes)
-    baseline, measured, slowest = [], [], None
-    for _ in range(args.repeats):
-        start = time.perf_counter()
-        documents = [json.loads(line) for line in lines]
-        baseline.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        events = [
-            Event(
-                d["node"],
-                d["at"],
-                State(d["to"]),
-                d["evidence"],
-                identity_change=d["evidence"] == "identity changed",
-            )  # fmt: skip
-            for d in map(json.loads, lines)
-        ]
-        report = funnel(replay(events))
-        measured.append(time.perf_counter() - start)
-        slowest = report.slowest
-        del documents
-    ratio = statistics.median(m / b for m, b in zip(measured, baseline, strict=True))
+    with tempfile.TemporaryDirectory() as directory:
+        # The log where a cluster keeps it, read through the shell kiln sends the controller
+        # (here a local bash: kiln.state.remote.LocalRemote, no network in the figure).
+        Path(directory, "lifecycle.jsonl").write_text("".join(line + "\n" for line in lines))
+        log = LifecycleLog(LocalRemote("bench"), directory)
+        baseline, parsed, whole, slowest = [], [], [], None
+        for _ in range(args.repeats):
+            start = time.perf_counter()
+            documents = [json.loads(line) for line in lines]
+            baseline.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            report = funnel(replay(read_lines(lines, "bench"), in_order=True))
+            parsed.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            report = funnel(log.lives())
+            whole.append(time.perf_counter() - start)
+            slowest = report.slowest
+            del documents
     print(f"lifecycle funnel: {args.nodes} nodes, {len(lines)} events, {args.repeats} repeats")
-    for name, times in (("baseline json.loads", baseline), ("replay + funnel", measured)):
-        print(f"  {name:20} min {min(times):.3f}s  median {statistics.median(times):.3f}s")
-    print(f"  ratio (median of repeats): {ratio:.1f}x the baseline; slowest step: {slowest}")
-    print(f"  goal: under 1 s -> {'met' if statistics.median(measured) < 1.0 else 'NOT met'}")
+    for name, times in (("baseline json.loads", baseline), ("read + replay + funnel", parsed),
+                        ("from the state dir", whole)):  # fmt: skip
+        ratio = statistics.median(m / b for m, b in zip(times, baseline, strict=True))
+        print(f"  {name:24} min {min(times):.3f}s  median {statistics.median(times):.3f}s  "
+              f"{ratio:.1f}x the baseline")  # fmt: skip
+    print(f"  slowest step: {slowest}")
+    met = statistics.median(whole) < 1.0
+    print(f"  goal: under 1 s from the shared state -> {'met' if met else 'NOT met'}")
 
 
 if __name__ == "__main__":

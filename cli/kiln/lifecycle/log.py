@@ -41,9 +41,39 @@ def to_text(events: Iterable[Event]) -> str:
     return "".join(to_line(event) + "\n" for event in events)
 
 
+_STATES = {str(state): state for state in State}
+
+
+def _event(doc: dict) -> Event:
+    return Event(
+        str(doc["node"]),
+        float(doc["at"]),
+        _STATES[doc["to"]],
+        str(doc.get("evidence", "")),
+        bool(doc.get("identity_change")),
+        bool(doc.get("inferred")),
+        str(doc.get("reason", "")),
+    )
+
+
+def _whole(lines: list[str]) -> list[dict] | None:
+    """Every line decoded in one go (a log of whole objects: the common case), else None."""
+    try:
+        docs = json.loads("[" + ",".join(line for line in lines if line.strip()) + "]")
+    except ValueError:
+        return None
+    return docs if all(isinstance(doc, dict) for doc in docs) else None
+
+
 def read_lines(lines: list[str], where: str) -> list[Event]:
     """The events of a log's lines; InvalidInputError (exit 2) naming the line that is not an
     event, NewerLog naming the first line of a newer schema."""
+    docs = _whole(lines)
+    if docs is not None and all(doc.get("v") == SCHEMA for doc in docs):
+        try:
+            return [_event(doc) for doc in docs]
+        except (ValueError, KeyError, TypeError):
+            pass  # the line by line reading below names the line
     events: list[Event] = []
     for number, line in enumerate(lines):
         if not line.strip():
@@ -57,17 +87,7 @@ def read_lines(lines: list[str], where: str) -> list[Event]:
                     f"{version}; this kiln reads {SCHEMA})",
                     hint="use the kiln that wrote it (nothing was changed)",
                 )
-            events.append(
-                Event(
-                    node=str(doc["node"]),
-                    at=float(doc["at"]),
-                    to=State(doc["to"]),
-                    evidence=str(doc.get("evidence", "")),
-                    identity_change=bool(doc.get("identity_change")),
-                    inferred=bool(doc.get("inferred")),
-                    reason=str(doc.get("reason", "")),
-                )
-            )
+            events.append(_event(doc))
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             if not line.rstrip().endswith("}"):
                 continue  # an append cut short by a killed kiln (ended by the next append)

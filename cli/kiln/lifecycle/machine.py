@@ -35,7 +35,9 @@ class NodeLife:
     failures: list[tuple[float, str]] = field(default_factory=list)  # (when, reason) per failure
 
     def move(self, event: Event) -> None:
-        if not allowed(self.state, event.to, identity_change=event.identity_change):
+        if event.to not in ALLOWED[self.state] and not allowed(
+            self.state, event.to, identity_change=event.identity_change
+        ):
             raise refusal(self.node, self.state, event.to)
         state, entered, _, evidence = self.history[-1]
         self.history[-1] = (state, entered, event.at, evidence)
