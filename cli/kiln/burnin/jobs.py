@@ -39,7 +39,7 @@ from kiln.inventory.containers_spec import (
     mirrored_image,
     pyxis_image,
 )
-from kiln.judging.thresholds import FABRIC_BYTES
+from kiln.judging.thresholds import DOMAIN_JOB, FABRIC_BYTES
 from kiln.render.hostlist import compress
 from kiln.slurmctl.leftovers import RESERVATION_PREFIX
 
@@ -145,13 +145,17 @@ def _gpu_options(gpus: int) -> list[str]:
     return [f"--gres=gpu:{gpus}", f"--ntasks-per-node={gpus}"] if gpus else ["--ntasks-per-node=1"]
 
 
-def _allreduce_args(suite: Suite, gpus: int, minutes: int, ring: bool) -> str:
+def _allreduce_args(
+    suite: Suite, gpus: int, minutes: int, ring: bool, across: bool | None = None
+) -> str:
+    """The launcher's all-reduce options; `across` nodes (default: when the ring is forced)
+    the result is judged at FABRIC_BYTES, so the sweep goes up to it."""
     args = [f"--iters {suite.allreduce_iters}", f"--timeout {minutes * 60}"]
     args.append("--backend nccl" if gpus else "--backend gloo")
     if ring:
         args.append("--ring")
-        if gpus:  # across nodes the rails' floor is read at FABRIC_BYTES: sweep up to it
-            args.append(f"--max-bytes {FABRIC_BYTES}")
+    if gpus and (ring if across is None else across):
+        args.append(f"--max-bytes {FABRIC_BYTES}")
     return " ".join(args)
 
 
@@ -199,19 +203,26 @@ def allreduce_job(
     gpus: int,
     paths: Paths = Paths(),
     container: Container | None = None,
+    ring: bool = True,
 ) -> JobSpec:
-    """An all-reduce across `nodes` (exactly those), ring forced: fabric or pair jobs."""
+    """An all-reduce across `nodes` (exactly those): fabric and pair jobs force the ring (the
+    network's floor); an NVLink domain's job lets NCCL choose (NVLink SHARP across the rack)."""
     minutes = suite.time_limit_minutes
     extra = [f"--nodes={len(nodes)}", f"--nodelist={compress(nodes)}", *_gpu_options(gpus)]
     kind = name.split("-")[0]
     lines = _header(kind, run_id, reservation, minutes, paths, extra, container=container)
-    args = _allreduce_args(suite, gpus, minutes, ring=True)
+    args = _allreduce_args(suite, gpus, minutes, ring=ring, across=True)
     lines.append(
         f'save "$out/allreduce/{name}.json" {paths.launcher} allreduce_launch '
         f"--ntasks-per-node {max(gpus, 1)} {args} || rc=$?"
     )
     lines.append("exit $rc")
     return JobSpec(name, "\n".join(lines) + "\n", tuple(nodes), (name,))
+
+
+def domain_job_name(domain: str) -> str:
+    """The job (and result file) of an NVLink domain's all-reduce: its name made file-safe."""
+    return DOMAIN_JOB + "".join(c if c.isalnum() or c in "._-" else "_" for c in domain)
 
 
 def pair_name(round_: int, a: str, b: str) -> str:

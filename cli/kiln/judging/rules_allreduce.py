@@ -2,7 +2,8 @@
 
 Floors go by scope (kiln.judging.thresholds) and each verdict names the rule that set its
 threshold (`Verdict.rule`): inside a node the profile's intra-node floor (NVLink or PCIe);
-across nodes rails x line rate x efficiency from what the nodes declare, judged at
+across an NVLink domain (an NVL72 rack) the profile's rack-scale floor; across nodes rails x
+line rate x efficiency from what the nodes declare, judged at
 FABRIC_BYTES; where a node declares no rails, only the fleet: the pairwise pass against the
 median of the pairs. A result whose sum was wrong, or whose nccl-tests #wrong columns are not
 all 0, fails, naming the implementation that ran (nccl-tests or torch).
@@ -18,10 +19,12 @@ from kiln.judging.pairs import localise, median
 from kiln.judging.results import AllreduceResult
 from kiln.judging.table import AllreduceRow
 from kiln.judging.thresholds import (
+    DOMAIN_JOB,
     FABRIC_BYTES,
     FLEET,
     RAILS,
     ScopeFloor,
+    domain_floor,
     fabric_floor,
     intra_node_floor,
 )
@@ -43,7 +46,12 @@ def judge_allreduce(report, cluster: Cluster, table, jobs, floors) -> None:
     for job, row in jobs:  # 100,000 at 12,500 nodes: no record, no call per healthy pair
         hosts = row.hosts.split(",") if row.hosts else []
         count = len(hosts)
-        if count == 2 and row.correct == "1" and row.wrong == "0":
+        if (
+            count == 2
+            and row.correct == "1"
+            and row.wrong == "0"
+            and not job.startswith(DOMAIN_JOB)
+        ):
             a, b = hosts
             if a in node_floors and b in node_floors:  # a correct node pair: its figure only
                 key = (a, b) if a <= b else (b, a)
@@ -55,7 +63,9 @@ def judge_allreduce(report, cluster: Cluster, table, jobs, floors) -> None:
             _judge_correct(report, job, row, known)
         if not known:
             continue
-        if count == 1:  # scope "node"
+        if job.startswith(DOMAIN_JOB):  # scope "NVLink domain": the rack's own floor
+            _judge_domain(report, job, row, domain_floor(node_floors[known[0]]))
+        elif count == 1:  # scope "node"
             floor = intra[known[0]]
             if floor.gbs is not None:
                 busbw = float(row.verdict_busbw)
@@ -155,6 +165,20 @@ def _judge_fabric(report, job: str, row: AllreduceRow, floor: ScopeFloor, has_pa
         text += "" if has_pairs else "; run the pairwise pass to localise"
     action = Action.NONE if ok else LOOK
     verdict = Verdict("job", job, "allreduce_fabric", ok, busbw, floor.gbs, "GB/s", W, action)
+    report.verdicts.append(_with(verdict, floor.rule, text))
+
+
+def _judge_domain(report, job: str, row: AllreduceRow, floor: ScopeFloor) -> None:
+    """An NVLink domain below its floor: the rack is investigated (its switch trays, a tray's
+    links), no tray drained on this figure alone: the per-node results name a bad tray."""
+    size, busbw = row.busbw_at_fabric()
+    ok = floor.gbs is None or busbw >= floor.gbs
+    text = ""
+    if not ok:
+        text = (f"{row.label} {num(busbw)} GB/s{_at(size)} across NVLink domain "
+                f"{job.removeprefix(DOMAIN_JOB)} < {num(floor.gbs)} ({floor.basis})")  # fmt: skip
+    verdict = Verdict("job", job, "allreduce_domain", ok, busbw, floor.gbs, "GB/s", W,
+                      Action.NONE if ok else LOOK)  # fmt: skip
     report.verdicts.append(_with(verdict, floor.rule, text))
 
 

@@ -33,6 +33,8 @@ from kiln.profiles import HardwareProfile
 INTRA_NODE = "intra-node floor"
 RAILS = "rails x rate x efficiency"
 FLEET = "fleet-relative"
+NVLINK_DOMAIN = "NVLink domain floor"
+DOMAIN_JOB = "domain-"  # an all-reduce across one NVLink domain: "domain-" + its name
 DEFAULT_EFFICIENCY = 0.75
 FABRIC_BYTES = 8 << 30  # the message size an all-reduce across nodes is judged at (8 GiB)
 
@@ -54,9 +56,10 @@ class Floors:
     node_relative_pct: float  # a node this % below its profile's fleet median fails
     overridden: tuple[str, ...] = ()  # which fields came from kiln_burnin
     allreduce_fabric_efficiency: float = DEFAULT_EFFICIENCY  # share of rails x rate across nodes
+    allreduce_domain_busbw_gbs: float | None = None  # across an NVLink domain (an NVL72 rack)
 
     def to_dict(self) -> dict:
-        return {
+        doc = {
             "profile": self.profile,
             "gemm_tflops": self.gemm_tflops,
             "allreduce_busbw_gbs": self.allreduce_busbw_gbs,
@@ -65,6 +68,9 @@ class Floors:
             "node_relative_pct": self.node_relative_pct,
             "overridden": list(self.overridden),
         }
+        if self.allreduce_domain_busbw_gbs is not None:  # rack-scale profiles only
+            doc["allreduce_domain_busbw_gbs"] = self.allreduce_domain_busbw_gbs
+        return doc
 
     @classmethod
     def from_dict(cls, data: dict) -> Floors:
@@ -78,6 +84,7 @@ def floors_for(profile: HardwareProfile, spec: BurninSpec | None = None) -> Floo
         "gemm_tflops": base.gemm_tflops,
         "allreduce_busbw_gbs": base.allreduce_busbw_gbs,
         "allreduce_fabric_efficiency": DEFAULT_EFFICIENCY,
+        "allreduce_domain_busbw_gbs": base.allreduce_domain_busbw_gbs,
         "gemm_relative_pct": base.gemm_relative_pct,
         "node_relative_pct": base.node_relative_pct,
     }
@@ -96,13 +103,18 @@ class ScopeFloor:
     """The floor of one all-reduce and the rule it comes from; gbs None: no absolute floor."""
 
     gbs: float | None
-    rule: str  # INTRA_NODE, RAILS or FLEET
+    rule: str  # INTRA_NODE, RAILS, FLEET or NVLINK_DOMAIN
     basis: str = ""  # how: "8 x 400 Gb/s x 0.75"; or why there is none
 
 
 def node_network_gbs(rails: int, link_rate_gbps: float) -> float:
     """What a node's rails carry one way, in GB/s: rails x line rate (Gb/s) / 8 bits."""
     return rails * link_rate_gbps / 8
+
+
+def domain_floor(floors: Floors) -> ScopeFloor:
+    """An all-reduce across the trays of one NVLink domain: the profile's rack-scale floor."""
+    return ScopeFloor(floors.allreduce_domain_busbw_gbs, NVLINK_DOMAIN, floors.profile)
 
 
 def intra_node_floor(floors: Floors) -> ScopeFloor:

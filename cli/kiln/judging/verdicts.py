@@ -42,6 +42,7 @@ CHECKS = {
     "node_vs_fleet": "node mean TFLOPS not more than node_relative_pct below its profile's median",
     "allreduce_node": "all-reduce busbw inside a node at or above its profile intra-node floor",
     "allreduce_fabric": "multi-node all-reduce busbw at or above rails x line rate x efficiency",
+    "allreduce_domain": "all-reduce across an NVLink domain (an NVL72 rack) at or above its floor",
     "allreduce_pairs": "the node's pairwise all-reduces are not mostly slow",
     "allreduce_link": "a node pair is slow while both nodes are fine with others",
     "allreduce_correct": "the all-reduce produced the exact sum (nccl-tests: #wrong is 0)",

@@ -49,6 +49,8 @@ GpuArchitecture = Literal["ampere", "ada", "hopper", "blackwell"]
 class BurninFloors(_Model):
     gemm_tflops: float = Field(gt=0)  # absolute floor per GPU (per node for CPU-only)
     allreduce_busbw_gbs: float | None = Field(default=None, gt=0)
+    # across a multi-node NVLink domain (an NVL72 rack), judged at 8 GiB: rack-scale profiles
+    allreduce_domain_busbw_gbs: float | None = Field(default=None, gt=0)
     gemm_relative_pct: float = Field(default=10, gt=0, lt=100)  # below best GPU in node
     node_relative_pct: float = Field(default=10, gt=0, lt=100)  # below fleet median
 
