@@ -242,27 +242,8 @@ class _Campaign:
         return dict(sorted(groups.items()))
 
     def _domain_jobs(self) -> list[J.JobSpec]:
-        """An all-reduce across each multi-node NVLink domain (an NVL72 rack: the trays that
-        declare its kiln_nvlink_domain), where their profile has a rack-scale floor."""
-        domains: dict[str, list[str]] = {}
-        for name, node in self.nodes.items():
-            if node.nvlink_domain and node.profile.burnin_floors.allreduce_domain_busbw_gbs:
-                domains.setdefault(node.nvlink_domain, []).append(name)
-        return [
-            J.allreduce_job(
-                self.out.run_id,
-                self.reservation,
-                self.out.suite,
-                J.domain_job_name(domain),
-                members,
-                gpus=self.nodes[members[0]].gpu_count,
-                paths=self.options.paths,
-                container=self.container,
-                ring=False,
-            )  # fmt: skip
-            for domain, members in sorted(domains.items())
-            if len(members) >= 2
-        ]
+        return J.domain_jobs(self.out.run_id, self.reservation, self.out.suite, self.nodes,
+                             paths=self.options.paths, container=self.container)  # fmt: skip
 
     def _ring(self, gpus: int) -> str:
         return "fabric-ring" if len(self._groups()) == 1 else f"fabric-ring-g{gpus}"

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kiln.burnin import ib as IB
@@ -39,6 +39,7 @@ from kiln.inventory.containers_spec import (
     mirrored_image,
     pyxis_image,
 )
+from kiln.inventory.model import Node
 from kiln.judging.thresholds import DOMAIN_JOB, FABRIC_BYTES
 from kiln.render.hostlist import compress
 from kiln.slurmctl.leftovers import RESERVATION_PREFIX
@@ -223,6 +224,38 @@ def allreduce_job(
 def domain_job_name(domain: str) -> str:
     """The job (and result file) of an NVLink domain's all-reduce: its name made file-safe."""
     return DOMAIN_JOB + "".join(c if c.isalnum() or c in "._-" else "_" for c in domain)
+
+
+def domain_jobs(
+    run_id: str,
+    reservation: str,
+    suite: Suite,
+    nodes: Mapping[str, Node],
+    *,
+    paths: Paths = Paths(),
+    container: Container | None = None,
+) -> list[JobSpec]:
+    """An all-reduce across each multi-node NVLink domain (an NVL72 rack: the trays that
+    declare its kiln_nvlink_domain, two or more), where their profile has a rack-scale floor."""
+    domains: dict[str, list[str]] = {}
+    for name, node in nodes.items():
+        if node.nvlink_domain and node.profile.burnin_floors.allreduce_domain_busbw_gbs:
+            domains.setdefault(node.nvlink_domain, []).append(name)
+    return [
+        allreduce_job(
+            run_id,
+            reservation,
+            suite,
+            domain_job_name(domain),
+            members,
+            gpus=nodes[members[0]].gpu_count,
+            paths=paths,
+            container=container,
+            ring=False,
+        )  # fmt: skip
+        for domain, members in sorted(domains.items())
+        if len(members) >= 2
+    ]
 
 
 def pair_name(round_: int, a: str, b: str) -> str:
