@@ -101,9 +101,15 @@ def test_new_and_changed_nodes_join_drained_and_kiln_resumes_them(provisioned_sa
         # Different hardware on one node (what kiln recorded no longer matches): back in
         # quarantine with that reason.
         on(NODES[1], "sh", "-c", f"echo 'cpus=1 memory_gib=1 gpus=0 model=none' > {MARKER}")
-        changed = kiln("provision", str(inventory), "--stages", "slurm", "--yes", state=state)
+        changed = kiln("provision", str(inventory), "--stages", "slurm", "--yes", "--json",
+                       state=state)  # fmt: skip
         assert changed.returncode == 0, changed.stderr[-3000:]
         assert quarantined(reasons()[NODES[1]].split("|", 1)[1], "hardware changed")
+        # The run record says why, and the lifecycle on the controller has it quarantined.
+        why = json.loads(changed.stdout)["quarantined"]
+        assert list(why) == [NODES[1]] and why[NODES[1]].startswith("hardware changed: "), why
+        status = json.loads(kiln("status", str(inventory), "--json", state=state).stdout)
+        assert {n["name"]: n["lifecycle"] for n in status["nodes"]}[NODES[1]] == "quarantined"
         assert wait_idle(NODES[:1])[NODES[0]].startswith("idle|")
 
         # The same shape, another board under the same name (what kiln recorded of its serials

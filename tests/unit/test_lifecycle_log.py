@@ -25,12 +25,14 @@ T = 1_764_576_000.0  # 2025-12-01T08:00:00Z
 
 
 def run(run_id, at, joined=NODES, reached=None, quarantined=None) -> RunEvidence:
+    if quarantined is None:  # the slurm stage drained every node that joined
+        quarantined = {n: "new node" for n in joined}
     return RunEvidence(run_id, at, at + 600, frozenset(reached or joined), frozenset(joined),
-                       quarantined or {n: "new node" for n in joined})  # fmt: skip
+                       quarantined)  # fmt: skip
 
 
-def burnin(run_id, at, passed=(), failed=None, resumed=(), checks=None) -> BurninEvidence:
-    return BurninEvidence(run_id, at, frozenset(passed), failed or {}, frozenset(resumed),
+def burnin(run_id, at, passed=(), failed=None, in_service=(), checks=None) -> BurninEvidence:
+    return BurninEvidence(run_id, at, frozenset(passed), failed or {}, frozenset(in_service),
                           checks or {})  # fmt: skip
 
 
@@ -52,7 +54,7 @@ def test_a_bring_up_from_declared_to_in_service_then_failed_triage_rma_replaced(
     )
     log += after_burnin(replay(log, in_order=True), burnin(
         "B1", T + 3600, passed=["gpu001"], failed={"gpu002": "gemm 410 TFLOPS < 600"},
-        resumed=["gpu001"], checks={"gpu002": "gemm_tflops"}))  # fmt: skip
+        in_service=["gpu001"], checks={"gpu002": "gemm_tflops"}))  # fmt: skip
     assert states(log) == {"gpu001": State.IN_SERVICE, "gpu002": State.FAILED,
                            "gpu003": State.DECLARED}  # fmt: skip
     failed = log[-1]
@@ -82,10 +84,21 @@ def test_a_bring_up_from_declared_to_in_service_then_failed_triage_rma_replaced(
     assert states(log)["gpu002"] is State.QUARANTINED
 
 
+def test_without_quarantine_a_joined_node_stays_provisioned_until_a_burn_in_passes_it():
+    """kiln_slurm.quarantine_new_nodes off: the node joins Slurm in service, untested; the
+    lifecycle keeps it provisioned (not proven) until a burn-in passes it."""
+    log = after_run({}, ["gpu001"], run("R1", T, joined=["gpu001"], quarantined={}))
+    assert states(log)["gpu001"] is State.PROVISIONED
+    log += after_burnin(replay(log, in_order=True),
+                        burnin("B1", T + 60, passed=["gpu001"], in_service=["gpu001"]))  # fmt: skip
+    assert [(e.to, e.inferred) for e in log[-3:]] == [
+        (State.QUARANTINED, True), (State.BURNED_IN, False), (State.IN_SERVICE, False)]  # fmt: skip
+
+
 def test_a_changed_identity_sends_a_node_in_service_back_to_quarantine():
     log = after_run({}, ["gpu001"], run("R1", T, joined=["gpu001"]))
     log += after_burnin(
-        replay(log, in_order=True), burnin("B1", T + 60, passed=["gpu001"], resumed=["gpu001"])
+        replay(log, in_order=True), burnin("B1", T + 60, passed=["gpu001"], in_service=["gpu001"])
     )
     again = after_run(
         replay(log, in_order=True),
@@ -106,14 +119,14 @@ def test_a_node_tested_again_after_triage_goes_back_through_quarantine():
         replay(log, in_order=True), "gpu001", State.TRIAGE, "triage by ops: reseat", T + 70
     )
     again = after_burnin(replay(log, in_order=True), burnin("B2", T + 80, passed=["gpu001"],
-                                             resumed=["gpu001"]))  # fmt: skip
+                                             in_service=["gpu001"]))  # fmt: skip
     assert [e.to for e in again] == [State.QUARANTINED, State.BURNED_IN, State.IN_SERVICE]
 
 
 def test_a_node_with_no_record_is_caught_up_and_its_inferred_steps_are_not_timed():
     """A cluster brought up before kiln kept a lifecycle: its first burn-in records the steps
     the node must have passed, as inferred, and the funnel times none of them."""
-    log = after_burnin({}, burnin("B1", T, passed=["gpu001"], resumed=["gpu001"]))
+    log = after_burnin({}, burnin("B1", T, passed=["gpu001"], in_service=["gpu001"]))
     assert [(e.to, e.inferred) for e in log] == [
         (State.DECLARED, True), (State.REACHABLE, True), (State.PROVISIONED, True),
         (State.QUARANTINED, True), (State.BURNED_IN, False), (State.IN_SERVICE, False)]  # fmt: skip
@@ -213,7 +226,7 @@ def _seed(inventory: Path) -> LifecycleLog:
     log = local_log(require_valid(inventory))
     events = after_run({}, NODES, run("R1", T))
     events += after_burnin(replay(events, in_order=True), burnin(
-        "B1", T + 86_400, passed=["gpu001", "gpu003"], resumed=["gpu001", "gpu003"],
+        "B1", T + 86_400, passed=["gpu001", "gpu003"], in_service=["gpu001", "gpu003"],
         failed={"gpu002": "xid 79"}, checks={"gpu002": "xid"}))  # fmt: skip
     log.append(events)
     return log

@@ -237,10 +237,12 @@ def burnin(
         results = node_results(outcome)
         pushed = push_verdicts(cluster, results, outcome.run_id, at)
         err.print(f"[dim]{safe(pushed)}[/]")
+        # In service after it: resumed by kiln, or passed without a drain (never out of it).
+        untouched = {n for n, r in results.items() if r == "pass"} - set(outcome.under_drain)
+        in_service = set(outcome.resumed) | (untouched - outcome.kept.keys())
         moved = record_burnin(
-            shared, outcome.run_id, results, report.drain(), report.first_failures(),
-            outcome.resumed,
-        )  # fmt: skip
+            shared, outcome.run_id, results, report.drain(), report.first_failures(), in_service
+        )
         err.print(f"[dim]{safe(moved)}[/]")
         if output is not None:
             for name in ("report.json", "report.xml", "report.html"):

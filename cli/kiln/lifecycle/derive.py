@@ -35,7 +35,7 @@ class BurninEvidence:
     at: float
     passed: frozenset[str]
     failed: Mapping[str, str]  # node -> what failed (its drain reason)
-    resumed: frozenset[str]  # kiln lifted its drain: the node runs jobs now
+    in_service: frozenset[str]  # runs jobs now: kiln lifted its drain, or it had none
     checks: Mapping[str, str] = field(default_factory=dict)  # node -> its first failing check
 
 
@@ -77,8 +77,10 @@ def after_run(
     lives: Mapping[str, NodeLife], members: Iterable[str], run: RunEvidence
 ) -> list[Event]:
     """Declared for a compute node seen for the first time, reachable once it answered,
-    provisioned and quarantined once it joined Slurm; a changed identity sends a node back to
-    quarantined (an RMA'd node is replaced first)."""
+    provisioned once it joined Slurm, quarantined when the slurm stage drained it as a new node
+    (kiln_slurm.quarantine_new_nodes; without it the node stays provisioned until a burn-in
+    passes it); a changed identity sends a node back to quarantined (an RMA'd node through
+    replaced first)."""
     events: list[Event] = []
     evidence = f"run {run.run_id}"
     for node in sorted(members):
@@ -90,7 +92,8 @@ def after_run(
         why = run.quarantined.get(node, "")
         if node in run.joined and line.state is State.REACHABLE:
             line.add(State.PROVISIONED, run.finished, evidence)
-            line.add(State.QUARANTINED, run.finished, f"{evidence}: {why or NEW_NODE}")
+        if why == NEW_NODE and line.state is State.PROVISIONED:
+            line.add(State.QUARANTINED, run.finished, f"{evidence}: {why}")
         elif why and why != NEW_NODE:  # "hardware changed: gpu_serials"
             if line.state is State.RMA:
                 line.add(State.REPLACED, run.finished, f"{evidence}: {why}")
@@ -104,7 +107,8 @@ def after_run(
 
 
 def after_burnin(lives: Mapping[str, NodeLife], burnin: BurninEvidence) -> list[Event]:
-    """Burned in when a quarantined node passed, in service once resumed; failed, with its
+    """Burned in when a quarantined node passed, in service when it runs jobs (resumed, or
+    tested without a drain); failed, with its
     reason, when a node failed. A failed node (or one under triage) that passes when tested
     again goes back through quarantined; one that fails again keeps its state, and a node
     with its vendor (RMA) comes back only through replaced."""
@@ -128,8 +132,8 @@ def after_burnin(lives: Mapping[str, NodeLife], burnin: BurninEvidence) -> list[
                 line.catch_up(State.BURNED_IN, burnin.at, passed)
                 if line.state is State.QUARANTINED:
                     line.add(State.BURNED_IN, burnin.at, passed)
-                if node in burnin.resumed:
-                    line.add(State.IN_SERVICE, burnin.at, f"burn-in {burnin.run_id}: resumed")
+                if node in burnin.in_service:
+                    line.add(State.IN_SERVICE, burnin.at, f"burn-in {burnin.run_id}: in service")
         events.extend(line.events)
     return events
 

@@ -182,11 +182,11 @@ def record_burnin(
     results: Mapping[str, str],
     reasons: Mapping[str, str],
     checks: Mapping[str, str],
-    resumed: Iterable[str],
+    in_service: Iterable[str],
 ) -> str:
     """The lifecycle events of a judged burn-in: `results` node -> pass/fail/not_tested (the
     shared state's words), `reasons` each failing node's drain reason, `checks` its first
-    failing check."""
+    failing check, `in_service` the nodes that run jobs after it."""
     failing = [node for node, result in results.items() if result == "fail"]
     evidence = BurninEvidence(
         run_id=run_id,
@@ -194,6 +194,6 @@ def record_burnin(
         passed=frozenset(node for node, result in results.items() if result == "pass"),
         failed={node: reasons.get(node) or "failed" for node in failing},
         checks={node: checks[node] for node in failing if node in checks},
-        resumed=frozenset(resumed),
+        in_service=frozenset(in_service),
     )
     return record(shared.lifecycle_log(), lambda lives: after_burnin(lives, evidence))
