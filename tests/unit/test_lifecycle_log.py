@@ -272,6 +272,12 @@ def test_funnel_prints_the_counts_and_steps_as_json_and_html(inventory, kiln, tm
     page = (tmp_path / "f.html").read_text()
     assert 'data-name="in_service" data-last="2"' in page
     assert kiln("funnel", str(inventory), "--since", "last week").exit_code == 2
+    # A node the inventory dropped keeps its history in the log, not its place in the funnel.
+    hosts = inventory / "hosts.yml"
+    hosts.write_text(hosts.read_text().replace("gpu003:", "gpx003:"))
+    shown = kiln("funnel", str(inventory), "--json")
+    assert json.loads(shown.stdout)["nodes"] == 2
+    assert "1 node(s) no longer in the inventory left out" in shown.output
 
 
 def test_status_shows_each_nodes_lifecycle_state_and_says_when_it_cannot(inventory, tmp_path):

@@ -94,7 +94,8 @@ def funnel(
     """Where the bring-up stands: nodes per lifecycle state, nodes entering service per day,
     the median and p90 time in each bring-up step (the slowest named) and the top failure
     reasons, from the lifecycle log kiln keeps beside the cluster's shared state (provision
-    runs, burn-in verdicts, `kiln triage` and `kiln rma` add to it). Reads only.
+    runs, burn-in verdicts, `kiln triage` and `kiln rma` add to it), for the inventory's
+    compute nodes. Reads only.
 
     Exit 0; 2 on invalid input; 3 when the shared state cannot be read or was written by a
     newer kiln.
@@ -114,7 +115,12 @@ def funnel(
         lives = log.lives()
     finally:
         log.close()
+    members = {node.name for node in cluster.compute}
+    gone = len(lives.keys() - members)
+    lives = {name: life for name, life in lives.items() if name in members}
     report = make_funnel(lives, since=start)
+    if gone:  # their history stays in the log; the funnel is the inventory's
+        err.print(f"[dim]{gone} node(s) no longer in the inventory left out[/]")
     if html is not None:
         from kiln.report.funnel import write_html
 
