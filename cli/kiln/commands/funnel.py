@@ -128,6 +128,9 @@ def funnel(
         err.print(f"wrote {safe(str(html))}")
     if json_:
         print_json("funnel", {"cluster": cluster.name, "log": log.where, **report.to_dict()})
+    elif not lives:
+        err.print(f"no lifecycle event in {safe(log.where)} yet: provision runs, burn-ins, "
+                  "kiln triage and kiln rma record them")  # fmt: skip
     else:
         err.print(f"[dim]{safe(log.where)}[/]")
         render(report, start)

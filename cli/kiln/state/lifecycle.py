@@ -102,7 +102,7 @@ def local_directory(cluster: Cluster, home: Path | None = None) -> Path:
 
 def local_log(cluster: Cluster, home: Path | None = None) -> LifecycleLog:
     directory = local_directory(cluster, home)
-    return LifecycleLog(LocalRemote(f"local {directory.parent}"), str(directory))
+    return LifecycleLog(LocalRemote("local"), str(directory))
 
 
 def lifecycle_log(
