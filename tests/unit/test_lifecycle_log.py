@@ -123,6 +123,30 @@ def test_a_node_tested_again_after_triage_goes_back_through_quarantine():
     assert [e.to for e in again] == [State.QUARANTINED, State.BURNED_IN, State.IN_SERVICE]
 
 
+def test_a_node_kilns_health_check_drained_failed_before_its_burn_in():
+    """The periodic health check drains in Slurm, on the node; the burn-in that tests the node
+    under that drain records the failure first, with the check's name as its reason."""
+    from kiln.parsers.drain_reason import format_reason
+
+    log = after_run({}, ["gpu001", "gpu002"], run("R1", T, joined=["gpu001", "gpu002"]))
+    log += after_burnin(replay(log, in_order=True), burnin(
+        "B1", T + 60, passed=["gpu001", "gpu002"], in_service=["gpu001", "gpu002"]))  # fmt: skip
+    drained = {
+        n: format_reason("health", "gpu_xid", "Xid 79 on GPU 3") for n in ("gpu001", "gpu002")
+    }
+    again = after_burnin(replay(log, in_order=True), BurninEvidence(
+        "B2", T + 120, frozenset({"gpu001"}), {"gpu002": "gemm below floor"},
+        frozenset({"gpu001"}), {"gpu002": "gemm_floor"}, drained))  # fmt: skip
+    assert [(e.node, e.to, e.reason) for e in again] == [
+        ("gpu001", State.FAILED, "health gpu_xid"),
+        ("gpu001", State.QUARANTINED, ""), ("gpu001", State.BURNED_IN, ""),
+        ("gpu001", State.IN_SERVICE, ""),
+        ("gpu002", State.FAILED, "health gpu_xid"),  # and the burn-in's failure keeps it there
+    ]  # fmt: skip
+    assert again[0].evidence == "health gpu_xid: Xid 79 on GPU 3"
+    assert funnel(replay(log + again, in_order=True)).failure_reasons == (("health gpu_xid", 2),)
+
+
 def test_a_node_with_no_record_is_caught_up_and_its_inferred_steps_are_not_timed():
     """A cluster brought up before kiln kept a lifecycle: its first burn-in records the steps
     the node must have passed, as inferred, and the funnel times none of them."""

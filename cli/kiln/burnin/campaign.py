@@ -109,7 +109,7 @@ def run_burnin(
     outcome = BurninOutcome(
         record.run_id, record.path, target.suite, usable, BurninReport(cluster.name),
         skipped=skipped, cleared=[leftover.describe() for leftover in cleared],
-        under_drain=sorted(kiln_drained),
+        under_drain=dict(kiln_drained),
     )  # fmt: skip
     _Campaign(cluster, options, controller, outcome, progress, kiln_drained).run()
     return outcome

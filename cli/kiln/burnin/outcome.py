@@ -50,9 +50,10 @@ class BurninOutcome:
     not_tested: dict[str, str] = field(default_factory=dict)  # busy, or ran elsewhere -> why
     drained: dict[str, str] = field(default_factory=dict)  # node -> reason kiln set
     resumed: list[str] = field(default_factory=list)  # kiln-drained nodes now in service
-    # nodes tested under a drain kiln may lift (quarantined, failed before): the others ran
-    # jobs before and after, so a pass leaves them in service (the node lifecycle reads it)
-    under_drain: list[str] = field(default_factory=list)
+    # node -> the drain it was tested under, one kiln may lift (a quarantine, a failed burn-in
+    # or health check); the others ran jobs before and after, so a pass leaves them in service
+    # (the node lifecycle reads both)
+    under_drain: dict[str, str] = field(default_factory=dict)
     kept: dict[str, str] = field(default_factory=dict)  # changed by someone else meanwhile: now
     cleared: list[str] = field(default_factory=list)  # leftovers of killed runs, undone
     jobs: dict[str, str] = field(default_factory=dict)  # kiln job name -> Slurm job id

@@ -241,8 +241,9 @@ def burnin(
         untouched = {n for n, r in results.items() if r == "pass"} - set(outcome.under_drain)
         in_service = set(outcome.resumed) | (untouched - outcome.kept.keys())
         moved = record_burnin(
-            shared, outcome.run_id, results, report.drain(), report.first_failures(), in_service
-        )
+            shared, outcome.run_id, results, report.drain(), report.first_failures(), in_service,
+            outcome.under_drain,
+        )  # fmt: skip
         err.print(f"[dim]{safe(moved)}[/]")
         if output is not None:
             for name in ("report.json", "report.xml", "report.html"):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from kiln.lifecycle.machine import Event, LifecycleError, NodeLife, refusal
 from kiln.lifecycle.states import BRING_UP, IDENTITY_CHANGE_FROM, State, allowed
+from kiln.parsers.drain_reason import parse_reason
 from kiln.parsers.identity import NEW_NODE  # the slurm stage's reason for a node it never saw
 
 
@@ -37,6 +38,7 @@ class BurninEvidence:
     failed: Mapping[str, str]  # node -> what failed (its drain reason)
     in_service: frozenset[str]  # runs jobs now: kiln lifted its drain, or it had none
     checks: Mapping[str, str] = field(default_factory=dict)  # node -> its first failing check
+    under_drain: Mapping[str, str] = field(default_factory=dict)  # node -> drain tested under
 
 
 class _Timeline:
@@ -107,35 +109,54 @@ def after_run(
 
 
 def after_burnin(lives: Mapping[str, NodeLife], burnin: BurninEvidence) -> list[Event]:
-    """Burned in when a quarantined node passed, in service when it runs jobs (resumed, or
-    tested without a drain); failed, with its
-    reason, when a node failed. A failed node (or one under triage) that passes when tested
-    again goes back through quarantined; one that fails again keeps its state, and a node
-    with its vendor (RMA) comes back only through replaced."""
+    """Failed first when kiln's health check had drained a node it tests; burned in when a
+    quarantined node passed, in service when it runs jobs (resumed, or tested without a
+    drain); failed, with its reason, when a node failed. A failed node (or one under triage)
+    that passes when tested again goes back through quarantined; one that fails again keeps
+    its state, and a node with its vendor (RMA) comes back only through replaced."""
     events: list[Event] = []
-    passed = f"burn-in {burnin.run_id} passed"
     for node in sorted(burnin.passed | burnin.failed.keys()):
         line = _Timeline(node, lives.get(node))
+        _failed_health_check(line, burnin.under_drain.get(node), burnin.at)
         if node in burnin.failed:
-            if line.state in (State.TRIAGE, State.RMA, State.REPLACED, State.FAILED):
-                continue
-            if line.state is None:
-                line.add(State.DECLARED, burnin.at, passed, inferred=True)
-            line.add(State.FAILED, burnin.at, f"burn-in {burnin.run_id}: {burnin.failed[node]}",
-                     reason=burnin.checks.get(node, ""))  # fmt: skip
+            _failed(line, burnin)
         else:
-            if line.state is State.RMA:
-                continue  # with its vendor: it comes back through replaced
-            if line.state in (State.FAILED, State.TRIAGE, State.REPLACED):  # tested again
-                line.add(State.QUARANTINED, burnin.at, f"burn-in {burnin.run_id}: tested again")
-            if line.state is not State.IN_SERVICE:
-                line.catch_up(State.BURNED_IN, burnin.at, passed)
-                if line.state is State.QUARANTINED:
-                    line.add(State.BURNED_IN, burnin.at, passed)
-                if node in burnin.in_service:
-                    line.add(State.IN_SERVICE, burnin.at, f"burn-in {burnin.run_id}: in service")
+            _passed(line, burnin)
         events.extend(line.events)
     return events
+
+
+def _failed(line: _Timeline, burnin: BurninEvidence) -> None:
+    if line.state in (State.TRIAGE, State.RMA, State.REPLACED, State.FAILED):
+        return  # on the way back already: the operator moves it
+    if line.state is None:
+        line.add(State.DECLARED, burnin.at, f"burn-in {burnin.run_id}", inferred=True)
+    line.add(State.FAILED, burnin.at, f"burn-in {burnin.run_id}: {burnin.failed[line.node]}",
+             reason=burnin.checks.get(line.node, ""))  # fmt: skip
+
+
+def _passed(line: _Timeline, burnin: BurninEvidence) -> None:
+    passed = f"burn-in {burnin.run_id} passed"
+    if line.state is State.RMA or line.state is State.IN_SERVICE:
+        return  # with its vendor (it comes back through replaced), or proven already
+    if line.state in (State.FAILED, State.TRIAGE, State.REPLACED):  # tested again
+        line.add(State.QUARANTINED, burnin.at, f"burn-in {burnin.run_id}: tested again")
+    line.catch_up(State.BURNED_IN, burnin.at, passed)
+    if line.state is State.QUARANTINED:
+        line.add(State.BURNED_IN, burnin.at, passed)
+    if line.node in burnin.in_service:
+        line.add(State.IN_SERVICE, burnin.at, f"burn-in {burnin.run_id}: in service")
+
+
+def _failed_health_check(line: _Timeline, reason: str | None, at: float) -> None:
+    """A node tested under a drain kiln's health check placed had failed before the burn-in:
+    recorded first (the check's name is the reason counted), unless it is failed already."""
+    drained = parse_reason(reason) if reason else None
+    if drained is None or drained.kind != "health" or line.state is None:
+        return
+    if allowed(line.state, State.FAILED):
+        check = drained.operation or "check"
+        line.add(State.FAILED, at, f"health {check}: {drained.why}", reason=f"health {check}")
 
 
 # What an operator may mark: triage from failed; RMA from failed (through triage) or triage.

@@ -183,10 +183,12 @@ def record_burnin(
     reasons: Mapping[str, str],
     checks: Mapping[str, str],
     in_service: Iterable[str],
+    under_drain: Mapping[str, str] | None = None,
 ) -> str:
     """The lifecycle events of a judged burn-in: `results` node -> pass/fail/not_tested (the
     shared state's words), `reasons` each failing node's drain reason, `checks` its first
-    failing check, `in_service` the nodes that run jobs after it."""
+    failing check, `in_service` the nodes that run jobs after it, `under_drain` the drain
+    each node was tested under (a health check's: the node had failed before it)."""
     failing = [node for node, result in results.items() if result == "fail"]
     evidence = BurninEvidence(
         run_id=run_id,
@@ -195,5 +197,6 @@ def record_burnin(
         failed={node: reasons.get(node) or "failed" for node in failing},
         checks={node: checks[node] for node in failing if node in checks},
         in_service=frozenset(in_service),
+        under_drain=dict(under_drain or {}),
     )
     return record(shared.lifecycle_log(), lambda lives: after_burnin(lives, evidence))
