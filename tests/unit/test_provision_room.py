@@ -77,6 +77,18 @@ def test_a_full_provision_runs_under_the_lock_then_records_and_pushes(on_control
     assert outcome.probed is None and outcome.pushed and outcome.unrecorded == {}
     assert written == [(("base", "slurm"), "RUN1")]
     assert outcome.result.run_id == "RUN1" and outcome.result.lock_id is not None
+    # The nodes' lifecycle, beside the state on the controller: each compute node declared,
+    # reachable and provisioned by this run (its slurm stage quarantined none of them).
+    from kiln.lifecycle import State
+    from kiln.state.lifecycle import LifecycleLog
+
+    compute = {node.name for node in cluster.compute}
+    assert outcome.lifecycle.startswith(f"lifecycle: {3 * len(compute)} event(s), ")
+    lives = LifecycleLog(_remote, cluster.state.path).lives()
+    assert {name: life.state for name, life in lives.items()} == dict.fromkeys(
+        compute, State.PROVISIONED
+    )
+    assert {life.history[-1][3] for life in lives.values()} == {"run RUN1"}
 
 
 def test_a_refused_confirmation_takes_no_lock_and_runs_nothing(on_controller, runner):  # noqa: F811
