@@ -75,6 +75,7 @@ def test_new_and_changed_nodes_join_drained_and_kiln_resumes_them(provisioned_sa
     settings_file = inventory / "group_vars" / "all.yml"
     settings = yaml.safe_load(settings_file.read_text())
     settings["kiln_slurm"]["quarantine_new_nodes"] = True
+    settings["kiln_burnin"] = {"gemm_tflops_floor": 0.0001}  # a loaded CI machine's GEMM
     settings_file.write_text(yaml.safe_dump(settings, sort_keys=False))
     for node in NODES:  # as if kiln had never seen them
         on(node, "rm", "-f", MARKER)
@@ -137,6 +138,15 @@ def test_new_and_changed_nodes_join_drained_and_kiln_resumes_them(provisioned_sa
         assert quarantined(reasons()[NODES[1]].split("|", 1)[1], "hardware changed: board")
         assert reasons()[NODES[0]].startswith("idle|")
         assert on(NODES[1], "cat", MARKER) == seen  # what it is now, recorded once drained
+
+        # Only a passing burn-in puts it back in service, in Slurm and in its lifecycle.
+        burnin = kiln("burnin", str(inventory), "--suite", "quick", "--seconds", "5", "--json",
+                      state=state)  # fmt: skip
+        assert burnin.returncode == 0, burnin.stderr[-4000:]
+        assert NODES[1] in json.loads(burnin.stdout)["resumed"]
+        assert wait_idle(NODES)[NODES[1]].startswith("idle|")
+        status = json.loads(kiln("status", str(inventory), "--json", state=state).stdout)
+        assert {n["name"]: n["lifecycle"] for n in status["nodes"]}[NODES[1]] == "in_service"
     finally:
         kiln("resume", str(inventory), ",".join(NODES), "--force", state=state)
         restore = kiln("provision", str(provisioned_sandbox.inventory), "--stages", "slurm",
