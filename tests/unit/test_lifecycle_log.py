@@ -296,6 +296,17 @@ def test_funnel_prints_the_counts_and_steps_as_json_and_html(inventory, kiln, tm
     page = (tmp_path / "f.html").read_text()
     assert 'data-name="in_service" data-last="2"' in page
     assert kiln("funnel", str(inventory), "--since", "last week").exit_code == 2
+    # One node's history, oldest first, with its evidence.
+    shown = kiln("funnel", str(inventory), "--node", "gpu002", "--json")
+    assert shown.exit_code == 0, shown.output
+    doc = json.loads(shown.stdout)
+    assert doc["state"] == "failed"
+    assert [h["state"] for h in doc["history"]] == [
+        "declared", "reachable", "provisioned", "quarantined", "failed"]  # fmt: skip
+    assert doc["history"][-1]["evidence"] == "burn-in B1: xid 79"
+    shown = kiln("funnel", str(inventory), "--node", "gpu002")
+    assert "gpu002: failed" in shown.output and "burn-in B1: xid 79" in shown.output
+    assert kiln("funnel", str(inventory), "--node", "gpu099").exit_code == 2
     # A node the inventory dropped keeps its history in the log, not its place in the funnel.
     hosts = inventory / "hosts.yml"
     hosts.write_text(hosts.read_text().replace("gpu003:", "gpx003:"))

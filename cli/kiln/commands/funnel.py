@@ -70,6 +70,31 @@ def render(report, since: float | None) -> None:
         out.print("failures: " + ", ".join(f"{safe(r)} {n}" for r, n in report.failure_reasons))
 
 
+def show_node(lives: dict, node: str, where: str, json_: bool) -> int:
+    """One node's history, oldest first: each state, when it entered and left, and why."""
+    life = lives.get(node)
+    if life is None:
+        raise InvalidInputError(
+            f"{node} has no lifecycle record in {where}",
+            hint="a compute node enters the lifecycle at its first provision run",
+        )
+    doc = life.to_dict()
+    if json_:
+        print_json("funnel", {"log": where, **doc})
+        return 0
+    table = Table(title=f"{node}: {life.state} ({where})", title_justify="left")
+    for column in ("state", "entered (UTC)", "for", "evidence"):
+        table.add_column(column)
+    now = time.time()
+    for stay in doc["history"]:
+        entered = datetime.fromtimestamp(stay["entered"], UTC).strftime("%F %T")
+        held = (stay["left"] if stay["left"] is not None else now) - stay["entered"]
+        mark = " (inferred)" if stay["inferred"] else ""
+        table.add_row(f"{stay['state']}{mark}", entered, duration(held), safe(stay["evidence"]))
+    out.print(folded(table))
+    return 0
+
+
 def funnel(
     inventory: Annotated[Path, typer.Argument(help="The inventory directory.")],
     since: Annotated[
@@ -79,6 +104,12 @@ def funnel(
             show_default=False,
             help="Time only the stays, arrivals and failures from then on: a UTC date or time "
             "(2026-11-20T08:00) or an age (7d, 36h). Counts per state are always now.",
+        ),
+    ] = None,
+    node: Annotated[
+        str | None,
+        typer.Option(
+            "--node", show_default=False, help="Show one node's lifecycle history instead."
         ),
     ] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print the funnel as JSON.")] = False,
@@ -95,7 +126,8 @@ def funnel(
     the median and p90 time in each bring-up step (the slowest named) and the top failure
     reasons, from the lifecycle log kiln keeps beside the cluster's shared state (provision
     runs, burn-in verdicts, `kiln triage` and `kiln rma` add to it), for the inventory's
-    compute nodes. Reads only.
+    compute nodes; --node shows one node's history (each state, when, and the evidence that
+    moved it). Reads only.
 
     Exit 0; 2 on invalid input; 3 when the shared state cannot be read or was written by a
     newer kiln.
@@ -115,6 +147,8 @@ def funnel(
         lives = log.lives()
     finally:
         log.close()
+    if node is not None:
+        return show_node(lives, node, log.where, json_)
     members = {node.name for node in cluster.compute}
     gone = len(lives.keys() - members)
     lives = {name: life for name, life in lives.items() if name in members}

@@ -47,19 +47,12 @@ def mark(
         log.append(events)
         for event in events:
             lives[node].move(event)
-        history = lives[node].history
     for event in events:
         err.print(f"{safe(node)}: {safe(str(event.to))} ({safe(log.where)})")
+    life = lives[node].to_dict()
     if json_:
-        print_json(to, {"node": node, "state": str(lives[node].state), "history": _doc(history)})
-    return cluster, _doc(history)
-
-
-def _doc(history: list) -> list[dict]:
-    return [
-        {"state": str(state), "entered": entered, "left": left, "evidence": evidence}
-        for state, entered, left, evidence in history
-    ]
+        print_json(to, life)
+    return cluster, life["history"]
 
 
 Node = Annotated[str, typer.Argument(help="The compute node.", show_default=False)]

@@ -48,6 +48,24 @@ class NodeLife:
         if event.to is State.FAILED:
             self.failures.append((event.at, event.reason or event.evidence))
 
+    def to_dict(self) -> dict:
+        """The node's state and history as JSON: each stay with its times and evidence."""
+        return {
+            "node": self.node,
+            "state": str(self.state),
+            "since": self.since,
+            "history": [
+                {
+                    "state": str(state),
+                    "entered": entered,
+                    "left": left,
+                    "evidence": evidence,
+                    "inferred": index in self.inferred,
+                }  # fmt: skip
+                for index, (state, entered, left, evidence) in enumerate(self.history)
+            ],
+        }
+
 
 def refusal(node: str, state: State, to: State) -> LifecycleError:
     """The error for a transition the lifecycle forbids, naming both states."""
