@@ -24,7 +24,7 @@ import yaml
 
 from .own_sandbox import own_sandbox, serve_repository
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.upgrade  # a sandbox of its own: `make test-slurm-upgrade`
 
 KILN = str(Path(sys.executable).parent / "kiln")
 INSTANCE = "krepo"
