@@ -13,8 +13,9 @@ PLAYBOOKS = Path(__file__).resolve().parents[1] / "playbooks"
 
 
 def run_playbook(
-    book: Path, extra: dict, bin_dir: Path | None = None
+    book: Path, extra: dict, bin_dir: Path | None = None, inventory: str = "localhost,"
 ) -> subprocess.CompletedProcess:
+    """`inventory`: ansible-playbook's -i (a host list, or the path of an inventory file)."""
     env = {
         **os.environ,
         "ANSIBLE_ROLES_PATH": str(PLAYBOOKS / "roles"),
@@ -22,7 +23,7 @@ def run_playbook(
         "PATH": f"{bin_dir}:{os.environ['PATH']}" if bin_dir else os.environ["PATH"],
     }
     return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(book),
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory, str(book),
          "-e", f"ansible_python_interpreter={sys.executable}", "-e", json.dumps(extra)],
         capture_output=True, text=True, timeout=300, env=env, check=False,
     )  # fmt: skip

@@ -199,7 +199,10 @@ def test_run_playbook_passes_exact_arguments(tmp_path, inventory, fake_runner, m
     env = kwargs["envvars"]
     assert env["ANSIBLE_FORKS"] == "25"
     assert env["ANSIBLE_PIPELINING"] == "True"
-    assert env["ANSIBLE_SSH_ARGS"] == "-o ControlMaster=auto -o ControlPersist=60s"
+    assert env["ANSIBLE_SSH_ARGS"] == (
+        "-o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=10 "
+        "-o ServerAliveCountMax=3"
+    )  # a host that hangs with the shared connection open is unreachable in about 30 s
     assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True"
     assert env["ANSIBLE_GATHERING"] == "smart"
     # kiln's batched workers over Ansible's linear strategy (mitogen is off in this test)

@@ -32,7 +32,13 @@ ENV_ALLOW = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "SSH_AUTH_SOCK", "TMP
 VAULT_ENV = ("ANSIBLE_VAULT_IDENTITY_LIST", "ANSIBLE_VAULT_PASSWORD_FILE")
 ENV_ALLOW_PREFIXES = ("KILN_",)
 DEFAULT_FORKS = 25
-SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=60s"
+# ServerAlive: a host that hangs with a connection open (a frozen kernel, a cut link) stops
+# answering on the shared master connection, where no connect timeout applies and TCP would
+# wait for many minutes; after 3 unanswered probes 10 s apart ssh exits 255, and Ansible's
+# retries then call the host unreachable instead of holding the rollout.
+SSH_ARGS = (
+    "-o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=10 -o ServerAliveCountMax=3"
+)
 # kiln's stdout callback for ansible-runner: its awx_display less the per-host-task events and
 # payloads kiln's recorder never reads (see the module's docstring).
 CALLBACK_DIR = Path(__file__).resolve().parent / "callback"
