@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kiln.errors import InvalidInputError
-from kiln.sandbox import cluster, image, inventory, light, mirror, ssh
+from kiln.sandbox import cluster, host_limits, image, inventory, light, mirror, ssh
 from kiln.sandbox.config import MAX_NODES, NETWORK, Paths, nodes
 from kiln.sandbox.docker import require_docker
 from kiln.sandbox.releases import Release, chosen
@@ -73,12 +73,14 @@ def up(
     release = release or chosen()
     start = time.monotonic()
     require_docker()
+    wanted = nodes(count)
+    running = {c.name for c in cluster.containers() if c.state == "running"}
+    host_limits.require_inotify_headroom(len({n.name for n in wanted} - running))
     # air-gapped: nodes with no package beyond the base, so every one comes from the mirror
     img = image.ensure_image(progress, release, rebuild=rebuild, bare=bundle is not None)
     if img.built:
         progress(f"built {img.tag} from {img.source} in {img.seconds:.0f}s")
 
-    wanted = nodes(count)
     internal = mirror.network_is_internal()
     if internal is not None and internal != (bundle is not None):
         raise InvalidInputError(
