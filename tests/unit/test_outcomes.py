@@ -85,3 +85,18 @@ def test_a_real_summary_reads_back_into_the_outcomes_it_was_written_from(tmp_pat
     for document in written["stages"]:
         assert StageOutcome.from_dict(document).to_dict() == document
     assert written["stages"][0]["shards_not_started"]  # the rollout stopped: one kind of each
+    # what the stage cost, measured where it ran: wall seconds and this controller's CPU
+    stage = written["stages"][0]
+    assert 0 < stage["seconds"] < 600 and 0 <= stage["controller_cpu_s"]
+    keys = list(stage)
+    assert keys[keys.index("changed") + 1 : keys.index("changed") + 3] == [
+        "seconds", "controller_cpu_s"]  # fmt: skip
+
+
+def test_an_older_stage_without_its_cost_reads_back_as_it_was():
+    outcome = stage_outcome()
+    assert outcome.seconds is None and "seconds" not in outcome.to_dict()
+    outcome.seconds, outcome.controller_cpu_s = 12.5, 3.25
+    document = json.loads(json.dumps(outcome.to_dict()))
+    assert (document["seconds"], document["controller_cpu_s"]) == (12.5, 3.25)
+    assert StageOutcome.from_dict(document) == outcome

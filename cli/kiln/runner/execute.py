@@ -8,7 +8,9 @@ written to the record as summary.json).
 from __future__ import annotations
 
 import os
+import resource
 import threading
+import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -28,6 +30,17 @@ from kiln.runner.hold import Hold, StopCheck
 from kiln.runner.outcome import ShardOutcome, StageOutcome
 from kiln.runner.private import RunSecrets
 from kiln.runner.result import RunResult
+
+
+def controller_cpu_seconds() -> float:
+    """CPU seconds this process and its finished children (every ansible-playbook a stage ran,
+    with its forks) have used on this machine."""
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
 
 FACTS_KEY = "kiln_preflight"  # set_stats key the preflight role saves its facts under
 QUARANTINED_KEY = "kiln_quarantined"  # ... and the slurm_node role the nodes it quarantined
@@ -220,6 +233,13 @@ class _Run:
                 return
 
     def stage(self, planned: StagePlan, hosts: list[str]) -> StageOutcome:
+        start, cpu = time.monotonic(), controller_cpu_seconds()
+        outcome = self._stage(planned, hosts)
+        outcome.seconds = round(time.monotonic() - start, 3)
+        outcome.controller_cpu_s = round(controller_cpu_seconds() - cpu, 3)
+        return outcome
+
+    def _stage(self, planned: StagePlan, hosts: list[str]) -> StageOutcome:
         stage = planned.stage
         shards = list(self.plan.shards_left(planned, hosts))
         self.listener.stage_started(stage, hosts, sum(shard.batches for shard in shards))

@@ -120,6 +120,11 @@ class StageOutcome:
     reason: str | None = None
     artifact_dir: str | None = None
     shards: list[ShardOutcome] | None = None
+    # What the stage cost where it ran: wall seconds, and CPU seconds of this controller (kiln
+    # and the ansible-playbook processes it ran; a worker controller's are its own). The
+    # measured figures `kiln plan --estimate` projects from; None in an older record.
+    seconds: float | None = None
+    controller_cpu_s: float | None = None
 
     @property
     def shards_not_started(self) -> list[str]:
@@ -145,6 +150,8 @@ class StageOutcome:
             stopped_by_failure_threshold=self.stopped_by_failure_threshold,
             changed=self.changed,
         )
+        if self.seconds is not None:
+            document.update(seconds=self.seconds, controller_cpu_s=self.controller_cpu_s)
         if self.shards is not None:
             document["artifact_dir"] = self.artifact_dir
         document["hosts"] = {host: result.to_dict() for host, result in self.hosts.items()}
@@ -172,4 +179,6 @@ class StageOutcome:
             reason=data.get("reason"),
             artifact_dir=data.get("artifact_dir"),
             shards=None if shards is None else [ShardOutcome.from_dict(s, hosts) for s in shards],
+            seconds=data.get("seconds"),
+            controller_cpu_s=data.get("controller_cpu_s"),
         )
