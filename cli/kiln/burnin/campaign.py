@@ -232,6 +232,7 @@ class _Campaign:
                 self._wait(round_, f"pairwise pass, round {k + 1}/{len(rounds)}")
             self._collect()
             out.timings["pairs"] = time.monotonic() - t0
+            out.pair_rounds = len(rounds)
         self._manifest(specs)  # with the nodes whose job never started
         self._ib_read("after")
 

@@ -58,6 +58,7 @@ class BurninOutcome:
     cleared: list[str] = field(default_factory=list)  # leftovers of killed runs, undone
     jobs: dict[str, str] = field(default_factory=dict)  # kiln job name -> Slurm job id
     timings: dict[str, float] = field(default_factory=dict)
+    pair_rounds: int = 0  # rounds of the pairwise pass that ran (0: the ring was fine)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -28,6 +28,7 @@ from kiln.errors import ExitCode, OperationFailed
 from kiln.inventory import Cluster, require_valid
 from kiln.judging import BurninReport
 from kiln.plan.stages import BURNIN
+from kiln.records.burnin import write_timings
 from kiln.report import render, render_table
 from kiln.state.backend import push_verdicts
 from kiln.state.lifecycle import record_burnin
@@ -98,6 +99,7 @@ def burn_in(
     outcome = run_burnin(cluster, target, options, progress=progress)
     outcome.timings = {**timings, "total": time.monotonic() - started, **outcome.timings}
     save_renderings(outcome.run_dir, outcome.report)
+    write_timings(outcome.run_dir, len(outcome.nodes), outcome.timings, outcome.pair_rounds)
     return outcome
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
+from kiln.commands._estimate import project, render_projection
 from kiln.commands._output import output_dir, writing
 from kiln.commands._vault import VaultIds, VaultPasswordFile, use_vault
 from kiln.console import err, folded, out, print_json, safe
@@ -177,6 +178,45 @@ def plan(
             help="Exit 4 when a generated file differs from the one in --output.",
         ),
     ] = False,
+    estimate: Annotated[
+        bool,
+        typer.Option(
+            "--estimate",
+            help="Time to cluster: project a bring-up of this inventory, and of 12,500 nodes, "
+            "from the measured cost of its provision run with the most hosts (and its newest "
+            "burn-in), per stage, naming the bottleneck (controller CPU, rolling batches, "
+            "mirror bandwidth, burn-in length). docs/scale.md.",
+        ),
+    ] = False,
+    from_run: Annotated[
+        Path | None,
+        typer.Option(
+            "--from-run",
+            help="With --estimate: the provision run record to project from (a run directory).",
+        ),
+    ] = None,
+    controller_cpus: Annotated[
+        int | None,
+        typer.Option(
+            "--controller-cpus",
+            min=1,
+            help="With --estimate: the controller's cores (default: this machine's).",
+        ),
+    ] = None,
+    mirror_gbps: Annotated[
+        float | None,
+        typer.Option(
+            "--mirror-gbps", min=0.001, help="With --estimate: the mirror's bandwidth, Gbit/s."
+        ),
+    ] = None,
+    node_download_gib: Annotated[
+        float | None,
+        typer.Option(
+            "--node-download-gib",
+            min=0.001,
+            help="With --estimate: what one node downloads from the mirror, GiB.",
+        ),
+    ] = None,
     vault_id: VaultIds = None,
     vault_password_file: VaultPasswordFile = None,
 ) -> int:
@@ -199,6 +239,16 @@ def plan(
             hint="add --output DIR (the files you keep under version control)",
         )
     cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
+    if estimate:
+        projection = project(
+            cluster, inventory, from_run=from_run, cpus=controller_cpus,
+            mirror_gbps=mirror_gbps, node_download_gib=node_download_gib,
+        )  # fmt: skip
+        if json:
+            print_json("plan-estimate", projection.to_dict())
+        else:
+            render_projection(projection)
+        return int(ExitCode.OK)
     result = make_plan(cluster, PlanOptions(batch_size=batch_size))
     probed = None
     todo = None

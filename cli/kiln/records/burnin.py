@@ -11,6 +11,7 @@
                                 the jobs; <run>/ib/<pair>-rail<k>.txt the client's ib_write_bw
                                 report (the manifest's "ib" entry: manifest_entry)
     <run>/report.json           the judged BurninReport (save_report); `kiln report` renders it
+    <run>/timings.json          how long each phase took, for `kiln plan --estimate`
 
 The campaign (kiln.burnin) submits the jobs with their results pointed at these paths
 (RunLayout), brings them home, judges `load_run` (kiln.burnin.judge_run: kiln.judging over this
@@ -55,6 +56,7 @@ class RunLayout:
 
     manifest = property(lambda self: self.root / "run.json")
     report = property(lambda self: self.root / "report.json")
+    timings = property(lambda self: self.root / "timings.json")
 
     def gemm(self, node: str) -> Path:
         return self.root / "gemm" / f"{node}.json"
@@ -237,6 +239,18 @@ def load_run(run_dir: Path | str) -> RunResults:
 def save_report(run_dir: Path | str, report: BurninReport) -> Path:
     path = RunLayout(Path(run_dir)).report
     _write_atomic(path, json.dumps(report.to_dict(), separators=(",", ":")) + "\n")
+    return path
+
+
+def write_timings(
+    run_dir: Path | str, nodes: int, seconds: dict[str, float], pair_rounds: int
+) -> Path:
+    """timings.json: the run's size and each phase's wall seconds (jobs: the per-node jobs and
+    the fabric all-reduce; pairs: the pairwise pass, in `pair_rounds` rounds)."""
+    path = RunLayout(Path(run_dir)).timings
+    document = {"nodes": nodes, "pair_rounds": pair_rounds,
+                "seconds": {k: round(v, 3) for k, v in seconds.items()}}  # fmt: skip
+    _write_atomic(path, json.dumps(document) + "\n")
     return path
 
 
