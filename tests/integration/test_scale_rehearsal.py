@@ -1,0 +1,244 @@
+"""The fleet-scale rehearsal (issue 34): many sandbox nodes brought up end to end by kiln, with
+faults injected while it runs, every fault named and nothing else touched.
+
+`make test-scale` runs it on KILN_SCALE_NODES nodes (32 by default; `make test-scale-short`,
+CI's case, on 6), each a full sandbox node (systemd, sshd, munge, slurmd), on a sandbox instance
+of its own (KILN_SANDBOX=scale):
+
+1. `kiln provision` in shards of a quarter of the nodes (at least 4), rolling batches of 4, a
+   failure budget of half a batch (50 %: the two faulty nodes may share one). While it runs one
+   node hangs (`docker pause` as the base stage starts: sshd never answers, as on a hung host)
+   and another reboots (`docker restart` as the slurm stage starts). The hung node is named
+   unreachable, every other node is ok (the rebooted one unless the reboot cut a task), no
+   shard is stopped; `kiln provision --retry-failed` then brings the faulty ones in.
+2. `kiln burnin` with one node's CPU throttled during its GEMM (`docker update`) and another
+   node's link slowed to 100 Mbit/s with `tc` (netem where the kernel has it, else tbf; from the
+   host, in the container's network namespace):
+   the first is named by its GEMM against the fleet, the second by the pairwise all-reduce pass,
+   each drained with kiln's reason; no other node is drained.
+3. The faults cleared, a burn-in passes, resumes both, and every node is idle in Slurm and in
+   service in its lifecycle.
+
+Wall time per step is printed: the rehearsal's own figures (docs/scale.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .own_sandbox import own_sandbox
+
+pytestmark = pytest.mark.scale
+
+KILN = str(Path(sys.executable).parent / "kiln")
+INSTANCE = "scale"
+NODES = int(os.environ.get("KILN_SCALE_NODES", "32"))
+SECONDS = "5"  # GEMM seconds per node
+
+
+def _kiln(env: dict, *args: str, timeout: int = 3600) -> tuple[int, dict, str]:
+    proc = subprocess.run([KILN, *args, "--json"], env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)  # fmt: skip
+    assert proc.stdout.strip(), f"kiln {args[0]}: no JSON; stderr:\n{proc.stderr[-4000:]}"
+    return proc.returncode, json.loads(proc.stdout), proc.stderr
+
+
+def _docker(*argv: str) -> str:
+    return subprocess.run(["docker", *argv], capture_output=True, text=True, check=True,
+                          timeout=300).stdout.strip()  # fmt: skip
+
+
+def _on_controller(command: str) -> str:
+    return _docker("exec", f"{INSTANCE}-ctl", "bash", "-c", command)
+
+
+def _inventory(source: Path, target: Path) -> Path:
+    """The instance's inventory with the rehearsal's rollout and burn-in settings."""
+    shutil.copytree(source, target)
+    shard = max(4, NODES // 4)
+    with (target / "group_vars" / "all.yml").open("a", encoding="utf-8") as handle:
+        handle.write(
+            "\n# The rehearsal: shards of a quarter of the nodes, rolling batches of 4, and a\n"
+            "# failure budget of half a batch (the two faulty nodes may share one).\n"
+            f"kiln_rollout:\n  shard_by: count\n  shard_size: {shard}\n  batch_size: 4\n"
+            "  max_fail_percentage: 50\n"
+            "# Many nodes on 2 shared cores measure unevenly: the faults injected are ten times\n"
+            "# slower than a healthy node, so a node fails only 75 % below the fleet's median.\n"
+            "kiln_burnin:\n  gemm_tflops_floor: 0.0001\n  node_relative_pct: 75\n"
+        )
+    return target
+
+
+def _wait_for(log: Path, text: str, proc: subprocess.Popen, timeout: float = 1800) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text(errors="replace"):
+        assert proc.poll() is None, f"kiln ended before {text!r}:\n{log.read_text()[-4000:]}"
+        assert time.monotonic() < deadline, f"no {text!r} in {timeout:.0f}s"
+        time.sleep(1)
+
+
+def _provision_with_faults(env: dict, inventory: Path, hung: str, rebooted: str, tmp: Path):
+    log = tmp / "provision.err"
+    with log.open("w") as err:
+        proc = subprocess.Popen([KILN, "provision", str(inventory), "--yes", "--json"], env=env,
+                                stdout=subprocess.PIPE, stderr=err, text=True)  # fmt: skip
+        try:
+            _wait_for(log, "base: ", proc)
+            _docker("pause", hung)  # a hung host: the TCP handshake works, sshd never answers
+            _wait_for(log, "slurm: ", proc)
+            _docker("restart", "--time", "1", rebooted)
+            stdout, _ = proc.communicate(timeout=3600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            subprocess.run(["docker", "unpause", hung], capture_output=True, check=False)
+    assert stdout.strip(), log.read_text()[-4000:]
+    return proc.returncode, json.loads(stdout), log.read_text()
+
+
+def _container_pid(name: str) -> str:
+    return _docker("inspect", "--format", "{{.State.Pid}}", name)
+
+
+def _slow_link(name: str, add: bool) -> str:
+    """A slow link on node `name`: its eth0 shaped from the host, in its network namespace;
+    which shaper did it. netem (delay and rate) where the kernel has it, else a token bucket
+    (tbf: the rate alone; this machine's Firecracker kernel has no sch_netem)."""
+    tc = ["nsenter", "-t", _container_pid(name), "-n", "tc", "qdisc"]
+    if not add:
+        subprocess.run([*tc, "del", "dev", "eth0", "root"], check=True, capture_output=True)
+        return ""
+    for shaper in (["netem", "delay", "5ms", "rate", "100mbit"],
+                   ["tbf", "rate", "100mbit", "burst", "64kbit", "latency", "400ms"]):  # fmt: skip
+        done = subprocess.run([*tc, "add", "dev", "eth0", "root", *shaper],
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        if done.returncode == 0:
+            return " ".join(shaper)
+    raise AssertionError(f"no tc shaper works here: {done.stderr}")
+
+
+def _throttle(name: str, on: bool) -> None:
+    """Node `name`'s CPU quota cut to an eighth of what a healthy node gets when every node's
+    GEMM shares this machine's cores (at least 1 % of a core, the smallest quota)."""
+    share = (os.cpu_count() or 1) / NODES
+    quota = max(1000, int(100_000 * share / 8)) if on else -1
+    _docker("update", "--cpu-period", "100000", "--cpu-quota", str(quota), name)
+
+
+def _burnin_with_faults(env: dict, inventory: Path, slow_cpu: str, slow_link: str, tmp: Path):
+    """`kiln burnin` with the faults injected while it runs: the link slowed throughout, the
+    CPU throttled from the GEMM jobs' submission until the fabric phase (a node hot during its
+    GEMM; throttled for the whole run its every job would crawl, the runtime's install too)."""
+    log = tmp / "burnin.err"
+    argv = [KILN, "burnin", str(inventory), "--suite", "quick", "--seconds", SECONDS, "--json"]
+    shaper = _slow_link(slow_link, True)
+    throttled = False
+    try:
+        with log.open("w") as err:
+            proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+            try:
+                _wait_for(log, "node GEMM: ", proc)
+                _throttle(slow_cpu, True)
+                throttled = True
+                _wait_for(log, "fabric all-reduce: ", proc)
+                _throttle(slow_cpu, False)
+                throttled = False
+                stdout, _ = proc.communicate(timeout=3600)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+    finally:
+        if throttled:
+            _throttle(slow_cpu, False)
+        _slow_link(slow_link, False)
+    print(f"\n{slow_cpu}: throttled during its GEMM; {slow_link}: eth0 shaped with {shaper}")
+    assert stdout.strip(), log.read_text()[-4000:]
+    return proc.returncode, json.loads(stdout), log.read_text()
+
+
+def test_rehearsal_names_every_fault_and_brings_every_healthy_node_into_service(tmp_path):
+    home = tmp_path / "home"
+    with own_sandbox(INSTANCE, NODES, home) as (env, inventory_dir):
+        inventory = _inventory(inventory_dir, tmp_path / "inventory")
+        nodes = [f"{INSTANCE}-node{i:02d}" for i in range(1, NODES + 1)]
+        hung, rebooted, slow_cpu, slow_link = nodes[1], nodes[NODES // 2], nodes[2], nodes[-2]
+        timings = {}
+
+        # 1. Provision in shards with a hung node and a rebooting node.
+        start = time.monotonic()
+        rc, summary, log = _provision_with_faults(env, inventory, hung, rebooted, tmp_path)
+        timings["provision"] = time.monotonic() - start
+        assert rc == 1, log[-4000:]
+        assert hung in summary["unreachable_hosts"], (summary["unreachable_hosts"], log[-4000:])
+        faulty = set(summary["failed_hosts"]) | set(summary["unreachable_hosts"])
+        assert faulty <= {hung, rebooted}, (faulty, log[-4000:])
+        assert not summary.get("stopped"), summary.get("stopped")
+        healthy = [n for n in nodes if n not in faulty]
+        for node in healthy:
+            assert set(summary["hosts"][node].values()) <= {"ok", "changed"}, (
+                node, summary["hosts"][node])  # fmt: skip
+
+        start = time.monotonic()
+        rc, retried, stderr = _kiln(env, "provision", str(inventory), "--yes", "--retry-failed")
+        timings["retry"] = time.monotonic() - start
+        assert rc == 0, stderr[-4000:]
+        assert set(retried["hosts"]) >= faulty, retried["hosts"].keys()
+        assert retried["failed_hosts"] == retried["unreachable_hosts"] == []
+
+        # 2. Burn-in with a throttled CPU and a slowed link: those two drained, by name.
+        start = time.monotonic()
+        rc, doc, stderr = _burnin_with_faults(env, inventory, slow_cpu, slow_link, tmp_path)
+        timings["burnin (faults)"] = time.monotonic() - start
+        assert rc == 1, stderr[-4000:]
+        assert set(doc["drained"]) == {slow_cpu, slow_link}, (doc["drained"], stderr[-4000:])
+        for node in (slow_cpu, slow_link):
+            assert doc["drained"][node].startswith(f"kiln:burnin:{doc['run_id']}: "), doc["drained"]
+        failing: dict[str, set[str]] = {}
+        for verdict in doc["report"]["verdicts"]:
+            if not verdict["passed"] and verdict["action"] == "drain":
+                failing.setdefault(verdict["node"], set()).add(verdict["check"])
+        assert set(failing) == {slow_cpu, slow_link}, failing
+        assert "node_vs_fleet" in failing[slow_cpu], failing  # its GEMM against the fleet
+        assert "allreduce_pairs" in failing[slow_link], failing  # slow with every partner
+
+        # 3. Faults cleared: a burn-in passes, resumes both; every node in service.
+        start = time.monotonic()
+        rc, doc, stderr = _kiln(env, "burnin", str(inventory), "--suite", "quick", "--seconds",
+                                SECONDS, "--skip-runtime")  # fmt: skip
+        timings["burnin (cleared)"] = time.monotonic() - start
+        assert rc == 0, stderr[-4000:]
+        assert sorted(doc["resumed"]) == sorted([slow_cpu, slow_link]) and doc["drained"] == {}
+        states = _on_controller("sinfo --noheader --Node --format='%N %t'").splitlines()
+        assert {line.split()[0]: line.split()[1] for line in states} == dict.fromkeys(
+            nodes, "idle"
+        ), states
+        rc, status, stderr = _kiln(env, "status", str(inventory))
+        assert rc == 0, stderr[-4000:]
+        lives = {n["name"]: n["lifecycle"] for n in status["nodes"]}
+        assert lives == dict.fromkeys(nodes, "in_service"), lives
+        print(f"\nrehearsal on {NODES} nodes: " + ", ".join(
+            f"{step} {seconds:.0f}s" for step, seconds in timings.items()))  # fmt: skip
+
+        # 4. Time to cluster, projected from this run's record beside what it measured.
+        rc, projection, stderr = _kiln(env, "plan", str(inventory), "--estimate")
+        assert rc == 0, stderr[-4000:]
+        measured = {s["name"]: s for s in projection["measured"]["stages"]}
+        assert {"preflight", "base", "slurm"} <= set(measured), measured
+        assert projection["measured"]["burnin"]["nodes"] == NODES
+        own, fleet = projection["estimates"][0], projection["estimates"][-1]
+        assert (own["nodes"], fleet["nodes"]) == (NODES, 12_500) and fleet["bottleneck"]
+        print(
+            f"projected from this run, {NODES} nodes: provision {own['provision_seconds']:.0f}s "
+            f"(measured {timings['provision']:.0f}s), burn-in {own['burnin_seconds']:.0f}s "
+            f"(measured {timings['burnin (faults)']:.0f}s); 12,500 nodes: "
+            f"{fleet['total_seconds'] / 3600:.1f} h on {fleet['controller']['cpus']} CPU(s), "
+            f"bottleneck {fleet['bottleneck']}"
+        )
