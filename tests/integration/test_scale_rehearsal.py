@@ -164,6 +164,19 @@ def _burnin_with_faults(env: dict, inventory: Path, slow_cpu: str, slow_link: st
     return proc.returncode, json.loads(stdout), log.read_text()
 
 
+def _all_idle(nodes: list[str], timeout: float = 300) -> bool:
+    """Every node idle in Slurm and answering: a node the faults kept from answering a ping
+    shows `idle*` (not responding) until slurmctld's next ping of it succeeds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = _on_controller("sinfo --noheader --Node --format='%N %t'").splitlines()
+        if {line.split()[0]: line.split()[1] for line in lines} == dict.fromkeys(nodes, "idle"):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(5)
+
+
 def test_rehearsal_names_every_fault_and_brings_every_healthy_node_into_service(tmp_path):
     home = tmp_path / "home"
     with own_sandbox(INSTANCE, NODES, home) as (env, inventory_dir):
@@ -216,10 +229,8 @@ def test_rehearsal_names_every_fault_and_brings_every_healthy_node_into_service(
         timings["burnin (cleared)"] = time.monotonic() - start
         assert rc == 0, stderr[-4000:]
         assert sorted(doc["resumed"]) == sorted([slow_cpu, slow_link]) and doc["drained"] == {}
-        states = _on_controller("sinfo --noheader --Node --format='%N %t'").splitlines()
-        assert {line.split()[0]: line.split()[1] for line in states} == dict.fromkeys(
-            nodes, "idle"
-        ), states
+        shown = "scontrol show node | grep -E 'NodeName|State|Reason'"
+        assert _all_idle(nodes), _on_controller(shown)
         rc, status, stderr = _kiln(env, "status", str(inventory))
         assert rc == 0, stderr[-4000:]
         lives = {n["name"]: n["lifecycle"] for n in status["nodes"]}
