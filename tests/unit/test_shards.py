@@ -6,6 +6,7 @@ two shards in parallel over Ansible's local connection."""
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import threading
 from io import StringIO
@@ -19,7 +20,7 @@ from kiln.plan import build as plan_build
 from kiln.plan import make_plan, shards
 from kiln.plan.stages import REFRESH, Stage
 from kiln.records import runs as records
-from kiln.runner import engine, workers
+from kiln.runner import engine, stream, workers
 from kiln.runner import execute as runner_execute
 from kiln.runner import merge as stage_merge
 from kiln.runner.events import (
@@ -398,12 +399,17 @@ def test_worker_ssh_command_uses_the_inventorys_ssh_settings():
         },
     )
     argv = workers.worker_command(node, "/opt/kiln/bin/ansible-runner", "/tmp/kiln-worker/x")
-    assert argv == [
+    remote = shlex.split(argv[-1])
+    assert argv[:-1] == [
         "ssh",
         "-o",
         "BatchMode=yes",
         "-o",
         "ConnectTimeout=30",
+        "-o",
+        "ServerAliveInterval=10",
+        "-o",
+        "ServerAliveCountMax=3",
         "-o",
         "StrictHostKeyChecking=yes",
         "-o",
@@ -416,8 +422,16 @@ def test_worker_ssh_command_uses_the_inventorys_ssh_settings():
         "root",
         "10.0.0.9",
         "--",
-        "/opt/kiln/bin/ansible-runner worker --private-data-dir /tmp/kiln-worker/x --delete",
     ]
+    # the venv's own Python runs the lease (worker_side's source), then the runner under it
+    assert remote[:2] == ["/opt/kiln/bin/python3", "-c"] and "def run(lease" in remote[2]
+    assert remote[3:] == [
+        "run", "60.0", "/tmp/kiln-worker/x", "--",
+        "/opt/kiln/bin/ansible-runner", "worker", "--private-data-dir", "/tmp/kiln-worker/x",
+        "--delete",
+    ]  # fmt: skip
+    stop = shlex.split(workers.stop_command(node, "ansible-runner", "/tmp/kiln-worker/x")[-1])
+    assert stop[:2] == ["python3", "-c"] and stop[3:] == ["stop", "/tmp/kiln-worker/x"]
     assert workers.remote_dir("r1", "base", "rack-a") == "/tmp/kiln-worker/r1-base-rack-a"
 
 
@@ -441,7 +455,7 @@ def test_streamed_kwargs_name_paths_as_the_worker_sees_them(tmp_path):
         limit=f"@{limit}",
         extravars={"slurm_common_rendered_dir": str(files), "kiln_batch_size": "2"},
     )
-    kwargs = engine.streamed_kwargs(request, "/w/x")
+    kwargs = stream.streamed_kwargs(request, "/w/x")
     assert kwargs["playbook"] == str(pdd / "project" / "smoke.yml")
     assert (pdd / "project" / "smoke.yml").is_file()
     assert kwargs["inventory"] == str(pdd / "inventory" / "hosts.json")
@@ -485,7 +499,7 @@ def test_a_real_local_worker_streams_events_home(tmp_path):
     runner = str(Path(sys.executable).parent / "ansible-runner")
     log = StringIO()
     recorder = EventRecorder("base", log=log)
-    result = engine.run_playbook_streamed(
+    result = stream.run_playbook_streamed(
         request, recorder, ["n1", "n2"], workers.worker_argv(runner, str(remote)), str(remote)
     )
     assert result.status == "failed" and result.rc == 2

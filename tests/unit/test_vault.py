@@ -26,7 +26,7 @@ from kiln.inventory.redact import REDACTED, redact, secret_keys, secret_strings
 from kiln.inventory.vault import VaultConfig
 from kiln.plan import PlanOptions, make_plan
 from kiln.plan.stages import Stage
-from kiln.runner import engine
+from kiln.runner import engine, stream
 from vault_env import no_vault_env  # noqa: F401  (autouse: applies here)
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vault"
@@ -134,10 +134,10 @@ def test_a_worker_gets_the_password_files_and_the_record_keeps_no_copy(tmp_path)
         fact_cache=tmp_path / "fc",
         envvars=vault.env(),
     )
-    kwargs = engine.streamed_kwargs(request, "/remote/job")
+    kwargs = stream.streamed_kwargs(request, "/remote/job")
     assert kwargs["envvars"]["ANSIBLE_VAULT_IDENTITY_LIST"] == "prod@/remote/job/kiln_ship/vault-0"
     assert (pdd / "kiln_ship" / "vault-0").read_text() == PASSWORD.read_text()
-    engine._unship_secrets(pdd)
+    stream._unship_secrets(pdd)
     assert not (pdd / "kiln_ship" / "vault-0").exists() and not (pdd / "inventory").exists()
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +87,10 @@ class PlaybookResult:
     no_hosts_remaining: bool
     artifact_data: dict[str, Any]
     artifact_dir: Path
+    # On a worker controller: the exit status of the command that reached it (ssh), and when
+    # kiln last wrote it a heartbeat (time.monotonic(); its job's lease runs from there).
+    worker_rc: int | None = None
+    heartbeat_at: float | None = None
 
     @property
     def reached_recap(self) -> bool:
@@ -235,7 +238,7 @@ def _restrict_env(
     return env
 
 
-def _prepare_dirs(request: PlaybookRequest) -> None:
+def prepare_dirs(request: PlaybookRequest) -> None:
     for path in (request.playbook, request.inventory, request.private_data_dir):
         if not path.is_absolute():
             raise ValueError(f"ansible-runner needs absolute paths, got {path}")
@@ -254,7 +257,7 @@ def run_playbook(
     request: PlaybookRequest, recorder: EventRecorder, targets: list[str] | None = None
 ) -> PlaybookResult:
     """Run one playbook to the end; blocking. `targets` are the hosts the play should reach."""
-    _prepare_dirs(request)
+    prepare_dirs(request)
     runner = init_runner(**runner_kwargs(request, recorder))
     vault_ids = request.envvars.get("ANSIBLE_VAULT_IDENTITY_LIST")
     runner.config.env = _restrict_env(runner.config.env, dict(os.environ), vault_ids)
@@ -269,132 +272,4 @@ def run_playbook(
         no_hosts_remaining=recorder.no_hosts_remaining,
         artifact_data=recorder.artifact_data,
         artifact_dir=Path(runner.config.artifact_dir),
-    )
-
-
-# --- streaming: transmit here, `ansible-runner worker` on a worker controller, process here ---
-
-
-def _ship(source: Path, pdd: Path, name: str) -> Path:
-    """Copy a file or directory into the private data dir (what transmit sends)."""
-    target = pdd / name
-    if source.is_dir():
-        shutil.copytree(
-            source, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__")
-        )
-    else:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, target)
-    return target
-
-
-def streamed_kwargs(request: PlaybookRequest, remote_dir: str) -> dict[str, Any]:
-    """The arguments transmitted to a worker, with every path as the worker will see it.
-
-    The playbook's directory (roles, plugins) goes to project/, the inventory to inventory/,
-    a `@file` limit and any extravar naming a local file or directory to kiln_ship/; the worker
-    unpacks them under `remote_dir`. kiln's callback stays off (the worker's ansible-runner uses
-    its own) and so does mitogen; kiln's batched workers run over Ansible's linear strategy
-    (kiln_linear, sent in the project's strategy_plugins/; the worker's kiln has
-    kiln.strategy.batching) unless KILN_BATCH_WORKERS=0.
-    """
-    pdd = request.private_data_dir
-    project = _ship(request.playbook.parent, pdd, "project")
-    inventory = request.inventory
-    if pdd not in inventory.parents:
-        inventory = _ship(inventory, pdd, "inventory/" + inventory.name)
-    kwargs = runner_kwargs(request, None)  # type: ignore[arg-type]
-    del kwargs["event_handler"]
-    kwargs["playbook"] = str(project / request.playbook.name)
-    kwargs["inventory"] = str(inventory)
-    env = {key: value for key, value in kwargs["envvars"].items() if key not in LOCAL_ONLY}
-    env["ANSIBLE_CONFIG"] = f"{remote_dir}/ansible.cfg"
-    if env.get("ANSIBLE_VAULT_IDENTITY_LIST"):  # the password files go with the job
-        shipped = []
-        for index, identity in enumerate(env["ANSIBLE_VAULT_IDENTITY_LIST"].split(",")):
-            label, _, source = identity.partition("@")
-            _ship(Path(source), pdd, f"kiln_ship/vault-{index}")
-            shipped.append(f"{label or 'default'}@{remote_dir}/kiln_ship/vault-{index}")
-        env["ANSIBLE_VAULT_IDENTITY_LIST"] = ",".join(shipped)
-    if batch_workers():
-        plugin = project / "strategy_plugins" / "kiln_linear.py"
-        if not plugin.is_file():
-            _ship(STRATEGY_DIR / plugin.name, pdd, f"project/strategy_plugins/{plugin.name}")
-        env["ANSIBLE_STRATEGY"] = "kiln_linear"
-    kwargs["envvars"] = env
-    kwargs["settings"] = {**kwargs["settings"], "fact_cache": f"{remote_dir}/fact_cache"}
-    if request.limit and request.limit.startswith("@"):
-        _ship(Path(request.limit[1:]), pdd, "kiln_ship/limit")
-        kwargs["limit"] = f"@{remote_dir}/kiln_ship/limit"
-    extravars = dict(kwargs["extravars"])
-    for key, value in extravars.items():
-        if isinstance(value, str) and value.startswith("/") and Path(value).exists():
-            _ship(Path(value), pdd, f"kiln_ship/{key}")
-            extravars[key] = f"{remote_dir}/kiln_ship/{key}"
-    kwargs["extravars"] = extravars
-    return kwargs
-
-
-def _unship_secrets(pdd: Path) -> None:
-    """Once transmitted, the copies of the inventory and vault password files leave the run
-    record (which must hold no secret)."""
-    for path in pdd.glob("kiln_ship/vault-*"):
-        path.unlink(missing_ok=True)
-    shutil.rmtree(pdd / "inventory", ignore_errors=True)
-
-
-def run_playbook_streamed(
-    request: PlaybookRequest,
-    recorder: EventRecorder,
-    targets: list[str] | None,
-    command: list[str],
-    remote_dir: str,
-) -> PlaybookResult:
-    """Run one playbook on a worker controller through ansible-runner's streaming mode.
-
-    `command` starts `ansible-runner worker --private-data-dir REMOTE_DIR` there (ssh, usually);
-    transmit writes the job into its stdin, process reads events and artifacts from its stdout
-    into the same recorder, so results come home as if the play ran here.
-    """
-    _prepare_dirs(request)
-    kwargs = streamed_kwargs(request, remote_dir)
-    pdd = request.private_data_dir
-    with (pdd / "worker.stderr").open("wb") as stderr:
-        proc = subprocess.Popen(  # noqa: S603 - an argv list built by kiln.runner.workers
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr
-        )
-        try:
-            try:
-                init_runner(streamer="transmit", _output=proc.stdin, **kwargs).run()
-            except BrokenPipeError:
-                pass  # the worker went away; process reports it
-            finally:
-                if proc.stdin:
-                    proc.stdin.close()
-                _unship_secrets(pdd)
-            processor = init_runner(
-                streamer="process",
-                _input=proc.stdout,
-                private_data_dir=str(pdd),
-                ident=request.ident,
-                event_handler=recorder,
-                quiet=True,
-            )
-            processor.run()
-        finally:
-            proc.wait()
-    artifact_dir = Path(processor.artifact_dir)
-    rc_file = artifact_dir / "rc"
-    rc = int(rc_file.read_text().strip()) if rc_file.is_file() else proc.returncode or None
-    status = processor.status if processor.status != "unstarted" else "error"
-    stopped = bool(recorder.no_hosts_remaining and status != "successful")
-    return PlaybookResult(
-        status=status,
-        rc=rc,
-        stats=recorder.stats,
-        hosts=recorder.host_results(targets or [], stopped=stopped),
-        batches=recorder.batches,
-        no_hosts_remaining=recorder.no_hosts_remaining,
-        artifact_data=recorder.artifact_data,
-        artifact_dir=artifact_dir,
     )

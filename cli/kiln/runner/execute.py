@@ -12,6 +12,7 @@ import resource
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,11 +24,12 @@ from kiln.plan.model import RUN_INVENTORY
 from kiln.plan.shards import Shard
 from kiln.plan.stages import Stage
 from kiln.records.runs import RunRecord, ensure_writable, new_run_id, now, runs_home, unwritable
-from kiln.runner import engine, merge, workers
-from kiln.runner.engine import PlaybookRequest, PlaybookResult
+from kiln.runner import engine, merge
+from kiln.runner.engine import PlaybookRequest
 from kiln.runner.events import CappedLog, EventRecorder, ProgressAggregator, StageProgress
 from kiln.runner.hold import Hold, StopCheck
 from kiln.runner.outcome import ShardOutcome, StageOutcome
+from kiln.runner.pool import Ran, WorkerPool
 from kiln.runner.private import RunSecrets
 from kiln.runner.result import RunResult
 
@@ -108,7 +110,7 @@ def execute(
         try:
             run = _Run(plan, record, result, listener, secrets, StopCheck(lock))
             with record.events_path.open("a", buffering=1) as stream:
-                run.log = CappedLog(stream, _log_cap())
+                run.log = run.pool.log = CappedLog(stream, _log_cap())
                 try:
                     run.stages()
                 finally:
@@ -203,6 +205,7 @@ class _Run:
         self.exports: dict[str, Path] = {}
         self.facts: dict[str, Any] = {}
         self.lock = threading.Lock()
+        self.pool = WorkerPool(plan.workers, self.rollout.worker_runner, record.run_id, None)
 
     def stages(self) -> None:
         bad: set[str] = set()
@@ -324,13 +327,13 @@ class _Run:
         directory.mkdir(parents=True, exist_ok=True)
         limit_file = directory / "limit"
         limit_file.write_text("".join(f"{host}\n" for host in hosts))
-        recorder = EventRecorder(
-            stage.name,
-            log=self.log,
-            progress=aggregate.callback(shard.name),
-            shard=shard.name,
-            redact=self.secrets.redact,
-        )
+
+        def new_recorder() -> EventRecorder:  # one per attempt: a lost worker's is set aside
+            progress, redact = aggregate.callback(shard.name), self.secrets.redact
+            return EventRecorder(
+                stage.name, log=self.log, progress=progress, shard=shard.name, redact=redact
+            )
+
         request = PlaybookRequest(
             playbook=stage.path(),
             inventory=self.export(shard),
@@ -354,9 +357,10 @@ class _Run:
         self._log_shard(stage, shard, "started")
         aggregate.shard_started(shard.name)
         try:
-            result = self._execute(shard, request, recorder)
+            ran = self._execute(stage.name, shard, request, new_recorder)
         finally:
             aggregate.shard_finished(shard.name)
+        result, recorder = ran.result, ran.recorder
         if recorder.error is not None:
             raise KilnCrash(f"recording the events of shard {shard.name}: {recorder.error}")
         with self.lock:  # what the stage manages per host: kiln.drift records it on the node
@@ -364,6 +368,7 @@ class _Run:
             found.update({host: m.to_dict() for host, m in recorder.managed.items()})
         finished = now().isoformat(timespec="seconds")
         outcome = merge.shard_outcome(shard, result, started, finished)
+        outcome.worker, outcome.requeued_from = ran.worker, ran.lost
         if stage.name == "preflight" and FACTS_KEY in result.artifact_data:
             with self.lock:
                 self.facts.update(result.artifact_data[FACTS_KEY])
@@ -375,19 +380,16 @@ class _Run:
         return outcome
 
     def _execute(
-        self, shard: Shard, request: PlaybookRequest, recorder: EventRecorder
-    ) -> PlaybookResult:
-        hosts = list(shard.hosts)
+        self,
+        stage: str,
+        shard: Shard,
+        request: PlaybookRequest,
+        new_recorder: Callable[[], EventRecorder],
+    ) -> Ran:
         if shard.worker is None:
-            return engine.run_playbook(request, recorder, hosts)
-        node = self.plan.workers[shard.worker]
-        directory = workers.remote_dir(self.record.run_id, recorder.stage, shard.name)
-        runner = self.rollout.worker_runner
-        if runner.startswith("/"):
-            bin_dir = os.path.dirname(runner)
-            request.envvars["PATH"] = f"{bin_dir}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
-        command = workers.worker_command(node, runner, directory)
-        return engine.run_playbook_streamed(request, recorder, hosts, command, directory)
+            recorder = new_recorder()
+            return Ran(engine.run_playbook(request, recorder, list(shard.hosts)), recorder, None)
+        return self.pool.run(shard, stage, request, new_recorder)
 
     def _log_shard(self, stage: Stage, shard: Shard, status: str) -> None:
         if self.log is not None:

@@ -37,6 +37,7 @@ class ShardOutcome:
     artifact_dir: str | None = None
     started: str | None = None
     finished: str | None = None
+    requeued_from: list[str] = field(default_factory=list)  # workers lost while running it
 
     @classmethod
     def not_started(cls, shard: Shard) -> ShardOutcome:
@@ -74,7 +75,7 @@ class ShardOutcome:
             "finished": self.finished,
             "hosts": list(self.hosts),
             "counts": counts,
-        }
+        } | ({"requeued_from": list(self.requeued_from)} if self.requeued_from else {})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], hosts: Mapping[str, HostResult]) -> ShardOutcome:
@@ -97,6 +98,7 @@ class ShardOutcome:
             artifact_dir=data.get("artifact_dir"),
             started=data.get("started"),
             finished=data.get("finished"),
+            requeued_from=list(data.get("requeued_from") or ()),
         )
 
 

@@ -1,0 +1,246 @@
+"""A worker controller lost mid-shard: its job is gone before the shard runs on another worker.
+
+worker_side's lease on its own (a job with no heartbeat killed, one with heartbeats and DONE
+left to finish, `stop` sparing its caller), then real runs: `kiln provision` of a shard on
+worker w1, which is lost while its hosts sleep in a task, and the shard finishes on w2. The
+workers are local processes standing in for ssh (the same programs kiln runs over ssh): once
+w1 dies (every process of its job killed; kiln's `stop` answers), once the network to it is
+cut (a relay stops passing bytes but keeps the pipes open; kiln cannot reach it to stop the
+job and waits out the lease). Each task writes which worker ran it on which host: no line of
+w1 may follow a line of w2, and every host ends its play once, on w2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from test_runner import local_cluster, plan_options, provision_run
+
+from kiln.plan.stages import Stage
+from kiln.runner import worker_side, workers
+
+PYTHON = sys.executable
+RUNNER = str(Path(sys.executable).parent / "ansible-runner")
+
+SLOW_PLAY = """\
+- name: A play that takes a while on every host
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Say which worker started it
+      ansible.builtin.shell: echo "start $KILN_TEST_WORKER" >> {{ smoke_dir }}/{{ inventory_hostname }}.log
+      changed_when: true
+    - name: Work
+      ansible.builtin.command: sleep 4
+      changed_when: false
+    - name: Say which worker ended it
+      ansible.builtin.shell: echo "end $KILN_TEST_WORKER" >> {{ smoke_dir }}/{{ inventory_hostname }}.log
+      changed_when: true
+"""
+
+# A stand-in for the network between kiln and a worker: passes bytes both ways until TRIGGER
+# exists, then cuts: kiln's end sees the stream end and exit 255 (as ssh does), while the
+# worker's pipes stay open and silent (held by a process that sleeps), as across a cut link.
+RELAY = """\
+import os, subprocess, sys, threading, time
+trigger, cmd = sys.argv[1], sys.argv[3:]
+child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+def pump(src, dst):
+    while not os.path.exists(trigger):
+        data = os.read(src, 65536)
+        if not data or os.path.exists(trigger):
+            return
+        os.write(dst, data)
+for src, dst in ((0, child.stdin.fileno()), (child.stdout.fileno(), 1)):
+    threading.Thread(target=pump, args=(src, dst), daemon=True).start()
+while not os.path.exists(trigger) and child.poll() is None:
+    time.sleep(0.05)
+if child.poll() is None and os.fork() == 0:
+    os.setsid()
+    os.close(0)
+    os.close(1)
+    time.sleep(60)
+    os._exit(0)
+os._exit(255)
+"""
+
+
+def _program(tmp_path: Path) -> Path:
+    path = tmp_path / "worker_side.py"
+    path.write_text(workers.WORKER_SIDE)
+    return path
+
+
+def _framed(job: bytes) -> bytes:
+    return b"%d\n" % len(job) + job
+
+
+# --- the lease on its own ----------------------------------------------------------------------
+
+
+def test_a_job_that_hears_no_heartbeat_is_killed_when_its_lease_runs_out(tmp_path):
+    directory = str(tmp_path / "job-a")
+    program = _program(tmp_path)
+    proc = subprocess.Popen(
+        [PYTHON, str(program), "run", "1.5", directory, "--", "sh", "-c", f"sleep 30 # {directory}"],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    started = time.monotonic()
+    proc.stdin.write(_framed(b"the job"))
+    proc.stdin.flush()  # and then silence: stdin stays open, no heartbeat
+    assert proc.wait(timeout=20) == 128 + signal.SIGKILL  # stdin still open: the lease did it
+    stderr = proc.stderr.read()
+    assert 1.5 <= time.monotonic() - started < 10
+    assert b"no heartbeat for 2s, job killed" in stderr
+    assert not worker_side.naming(directory)  # nothing of the job left
+
+
+def test_a_job_with_heartbeats_then_done_ends_as_it_will(tmp_path):
+    directory = str(tmp_path / "job-b")
+    program = _program(tmp_path)
+    proc = subprocess.Popen(
+        [PYTHON, str(program), "run", "1", directory, "--", "sh", "-c", f"sleep 3; exit 7 # {directory}"],
+        stdin=subprocess.PIPE,
+    )
+    proc.stdin.write(_framed(b"job"))
+    proc.stdin.flush()
+    for _ in range(5):  # 2.5 s of heartbeats, past the 1 s lease
+        time.sleep(0.5)
+        proc.stdin.write(worker_side.HEARTBEAT)
+        proc.stdin.flush()
+    proc.stdin.write(worker_side.DONE)
+    proc.stdin.close()
+    assert proc.wait(timeout=20) == 7  # the job's own status: not killed
+
+
+def test_stdin_closed_before_done_kills_the_job_at_once(tmp_path):
+    directory = str(tmp_path / "job-c")
+    program = _program(tmp_path)
+    proc = subprocess.Popen(
+        [PYTHON, str(program), "run", "60", directory, "--", "sh", "-c", f"sleep 30 # {directory}"],
+        stdin=subprocess.PIPE,
+    )
+    proc.stdin.write(_framed(b"job"))
+    proc.stdin.close()  # kiln's end gone: nobody reads the stream
+    assert proc.wait(timeout=10) == 128 + signal.SIGKILL
+
+
+def test_stop_kills_the_jobs_processes_and_spares_its_caller(tmp_path):
+    directory = str(tmp_path / "job-d")
+    job = subprocess.Popen(["sh", "-c", f"sleep 30 # {directory}"])
+    program = _program(tmp_path)
+    # run from a shell whose own command line names the directory, as over ssh
+    stop = subprocess.run(
+        ["sh", "-c", f"{PYTHON} {program} stop {directory}; echo survived {directory}"],
+        capture_output=True, text=True, timeout=20, check=False,
+    )  # fmt: skip
+    assert stop.returncode == 0 and "survived" in stop.stdout
+    assert job.wait(timeout=10) == -signal.SIGKILL
+
+
+# --- a real shard, its worker lost --------------------------------------------------------------
+
+
+def _cluster(tmp_path: Path):
+    rollout = {"shard_by": "count", "shard_size": 100, "worker_runner": RUNNER}
+    cluster_dir = tmp_path / "inv"
+    local_cluster(cluster_dir, ["n1", "n2"], controller="ctl", rollout=rollout)
+    document = json.loads((cluster_dir / "hosts.yml").read_text())
+    document["all"]["children"]["kiln_workers"] = {
+        "hosts": {"w1": {"ansible_host": "127.0.0.50"}, "w2": {"ansible_host": "127.0.0.51"}}
+    }
+    (cluster_dir / "hosts.yml").write_text(json.dumps(document))
+    from kiln.inventory import require_valid
+
+    return require_valid(cluster_dir)
+
+
+def _lines(markers: Path) -> dict[str, list[str]]:
+    return {
+        host: (markers / f"{host}.log").read_text().splitlines()
+        for host in ("n1", "n2")
+        if (markers / f"{host}.log").exists()
+    }
+
+
+@pytest.mark.local
+@pytest.mark.parametrize("loss", ["dies", "cut off"])
+def test_a_lost_workers_shard_finishes_on_another_and_never_twice_at_once(
+    tmp_path, monkeypatch, loss
+):
+    monkeypatch.setattr(workers, "LEASE_S", 2.0)
+    monkeypatch.setattr(workers, "HEARTBEAT_S", 0.5)
+    markers = tmp_path / "markers"
+    trigger = tmp_path / "cut"
+    relay = tmp_path / "relay.py"
+    relay.write_text(RELAY)
+    jobs: dict[str, str] = {}
+
+    def worker_command(node, runner, directory):
+        jobs[node.name] = directory
+        argv = ["env", f"KILN_TEST_WORKER={node.name}", *workers.worker_argv(runner, directory)]
+        if node.name == "w1" and loss == "cut off":
+            return [PYTHON, str(relay), str(trigger), "--", *argv]
+        return argv
+
+    def stop_command(node, runner, directory):
+        if loss == "cut off":  # kiln cannot reach it: ssh's own exit for that
+            return ["sh", "-c", "exit 255"]
+        return workers.stop_argv(runner, directory)
+
+    monkeypatch.setattr(workers, "worker_command", worker_command)
+    monkeypatch.setattr(workers, "stop_command", stop_command)
+
+    def lose_w1() -> None:  # once w1 has started its hosts' work
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if any("start w1" in lines for lines in _lines(markers).values()):
+                break
+            time.sleep(0.1)
+        if loss == "dies":
+            worker_side.kill_job(jobs["w1"])  # every process of w1's job, as if it powered off
+        else:
+            trigger.touch()
+
+    watcher = threading.Thread(target=lose_w1, daemon=True)
+    watcher.start()
+    play = tmp_path / "project" / "slow.yml"  # its directory is what a worker is sent
+    play.parent.mkdir()
+    play.write_text(SLOW_PLAY)
+    summary = provision_run(
+        _cluster(tmp_path), plan_options([Stage("base", str(play), "")]), home=tmp_path / "home"
+    )
+    watcher.join(timeout=5)
+    assert summary["exit_code"] == 0, json.dumps(summary["stages"], indent=1)[-3000:]
+    stage = summary["stages"][0]
+    shard = next(s for s in stage["shards"] if s["name"] != "controllers")
+    assert shard["worker"] == "w2" and shard["requeued_from"] == ["w1"]
+    assert {h: stage["hosts"][h]["status"] for h in ("n1", "n2")} == dict.fromkeys(
+        ("n1", "n2"), "changed"
+    )
+    events = [
+        json.loads(line)
+        for line in (tmp_path / "home").rglob("events.jsonl").__next__().read_text().splitlines()
+    ]
+    lost = [e for e in events if e.get("event") == "kiln_worker_lost"]
+    assert [(e["worker"], e["job"]) for e in lost] == [
+        ("w1", "stopped" if loss == "dies" else "lease expired")
+    ]
+    if loss == "cut off":
+        assert lost[0]["waited_s"] > 0
+    time.sleep(workers.LEASE_S + 1)  # anything of w1 still alive would write by now
+    for host, lines in _lines(markers).items():
+        first_w2 = lines.index("start w2")
+        assert all(line.endswith("w2") for line in lines[first_w2:]), (host, lines)
+        assert lines[first_w2:] == ["start w2", "end w2"], (host, lines)
+        assert "end w1" not in lines, (host, lines)
+    assert not worker_side.naming(jobs["w1"])
