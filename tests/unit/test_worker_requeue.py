@@ -13,7 +13,6 @@ w1 may follow a line of w2, and every host ends its play once, on w2.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -34,15 +33,17 @@ SLOW_PLAY = """\
 - name: A play that takes a while on every host
   hosts: all
   gather_facts: false
+  vars:
+    log: "{{ smoke_dir }}/{{ inventory_hostname }}.log"
   tasks:
     - name: Say which worker started it
-      ansible.builtin.shell: echo "start $KILN_TEST_WORKER" >> {{ smoke_dir }}/{{ inventory_hostname }}.log
+      ansible.builtin.shell: echo "start $KILN_TEST_WORKER" >> {{ log }}
       changed_when: true
     - name: Work
       ansible.builtin.command: sleep 4
       changed_when: false
     - name: Say which worker ended it
-      ansible.builtin.shell: echo "end $KILN_TEST_WORKER" >> {{ smoke_dir }}/{{ inventory_hostname }}.log
+      ansible.builtin.shell: echo "end $KILN_TEST_WORKER" >> {{ log }}
       changed_when: true
 """
 
@@ -90,7 +91,17 @@ def test_a_job_that_hears_no_heartbeat_is_killed_when_its_lease_runs_out(tmp_pat
     directory = str(tmp_path / "job-a")
     program = _program(tmp_path)
     proc = subprocess.Popen(
-        [PYTHON, str(program), "run", "1.5", directory, "--", "sh", "-c", f"sleep 30 # {directory}"],
+        [
+            PYTHON,
+            str(program),
+            "run",
+            "1.5",
+            directory,
+            "--",
+            "sh",
+            "-c",
+            f"sleep 30 # {directory}",
+        ],
         stdin=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -108,7 +119,17 @@ def test_a_job_with_heartbeats_then_done_ends_as_it_will(tmp_path):
     directory = str(tmp_path / "job-b")
     program = _program(tmp_path)
     proc = subprocess.Popen(
-        [PYTHON, str(program), "run", "1", directory, "--", "sh", "-c", f"sleep 3; exit 7 # {directory}"],
+        [
+            PYTHON,
+            str(program),
+            "run",
+            "1",
+            directory,
+            "--",
+            "sh",
+            "-c",
+            f"sleep 3; exit 7 # {directory}",
+        ],
         stdin=subprocess.PIPE,
     )
     proc.stdin.write(_framed(b"job"))
@@ -244,3 +265,44 @@ def test_a_lost_workers_shard_finishes_on_another_and_never_twice_at_once(
         assert lines[first_w2:] == ["start w2", "end w2"], (host, lines)
         assert "end w1" not in lines, (host, lines)
     assert not worker_side.naming(jobs["w1"])
+
+
+# --- the pool's choices, with the stream patched -------------------------------------------------
+
+
+def test_with_every_worker_lost_the_shards_hosts_are_unreachable_saying_why(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from kiln.plan.shards import Shard
+    from kiln.runner import pool, stream
+    from kiln.runner.engine import PlaybookRequest, PlaybookResult
+    from kiln.runner.events import EventRecorder
+
+    ran_on: list[str] = []
+
+    def streamed(request, recorder, targets, command, remote_dir, heartbeat_s):
+        ran_on.append(command[0])
+        return PlaybookResult(
+            status="error", rc=None, stats=None, hosts={}, batches=0, no_hosts_remaining=False,
+            artifact_data={}, artifact_dir=tmp_path, worker_rc=255, heartbeat_at=0.0,
+        )  # fmt: skip
+
+    monkeypatch.setattr(stream, "run_playbook_streamed", streamed)
+    monkeypatch.setattr(workers, "worker_command", lambda node, runner, d: [node.name])
+    monkeypatch.setattr(workers, "stop_command", lambda node, runner, d: ["true"])
+    nodes = {name: SimpleNamespace(name=name) for name in ("w1", "w2", "w3")}
+    workers_pool = pool.WorkerPool(nodes, "ansible-runner", "r1")
+    request = PlaybookRequest(
+        playbook=tmp_path / "p.yml", inventory=tmp_path / "i", private_data_dir=tmp_path,
+        ident="r1", fact_cache=tmp_path / "fc",
+    )  # fmt: skip
+    shard = Shard("part-002", ("n1", "n2"), worker="w2")
+    ran = workers_pool.run(shard, "base", request, lambda: EventRecorder("base"))
+    assert ran_on == ["w2", "w3", "w1"]  # its own first, then the next standing, in order
+    assert ran.worker is None and ran.lost == ["w2", "w3", "w1"]
+    assert {h: r.status for h, r in ran.result.hosts.items()} == dict.fromkeys(
+        ("n1", "n2"), "unreachable"
+    )
+    assert ran.result.hosts["n1"].message.startswith("no worker left to run shard part-002")
+    # and a later shard of this run is not sent to any of them
+    assert workers_pool.standing("w1") is None
