@@ -1,16 +1,17 @@
-"""Sharded provisioning on the Docker sandbox: two shards of one node in parallel, and one shard
-through a worker controller (the sandbox controller container as `kiln_workers`), each with the
-same end state and run record shape as an unsharded run.
+"""Sharded provisioning on the Docker sandbox: two shards of one node in parallel, and shards
+through worker controllers (the controller container and a compute node as `kiln_workers`), the
+first worker killed mid-shard, each with the same end state and run record shape as an unsharded
+run.
 
 Works on a copy of the sandbox inventory (never the shared one) and runs preflight,base with
 `base_hosts_manage: false`: a shard's inventory holds only its own hosts plus the controllers, and
 the base role still builds /etc/hosts from the inventory's groups (see docs/scale.md), so letting a
 sharded run write /etc/hosts would shrink it on the shared containers. Slurm is not touched.
 
-The worker test makes kiln-ctl a worker controller as docs/scale.md describes one: a venv with
-kiln installed (which brings ansible-runner and ansible; kiln's roles call kiln's own code through
-filter plugins), from wheels fetched here for the controller's Python (containers cannot reach
-PyPI through this machine's proxy): about 30 s. Set KILN_TEST_WORKER=0 to skip it.
+The worker test makes kiln-ctl and a node worker controllers as docs/scale.md describes one:
+a venv with kiln installed (which brings ansible-runner and ansible; kiln's roles call kiln's own
+code through filter plugins), from wheels fetched here for the controller's Python (containers
+cannot reach PyPI through this machine's proxy): about 30 s each. Set KILN_TEST_WORKER=0 to skip it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -96,8 +99,8 @@ WORKER_VENV = "/opt/kiln-worker"
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _install_worker(sandbox, wheels: Path) -> str:
-    """kiln in a venv on kiln-ctl; returns that venv's ansible-runner."""
+def _install_worker(sandbox, wheels: Path, container: str = "kiln-ctl") -> str:
+    """kiln in a venv on `container`; returns that venv's ansible-runner."""
     runner = f"{WORKER_VENV}/bin/ansible-runner"
     pip = str(Path(sys.executable).parent / "pip")
     subprocess.run([pip, "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)], check=True)
@@ -105,7 +108,7 @@ def _install_worker(sandbox, wheels: Path) -> str:
     # kiln's dependencies as wheels for the controller's Python (3.13 on Debian 13, not this
     # machine's): binary wheels of another Python do not install there
     version = subprocess.run(
-        ["docker", "exec", "kiln-ctl", "python3", "-c",
+        ["docker", "exec", container, "python3", "-c",
          "import sys; print('%d.%d' % sys.version_info[:2])"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
@@ -121,7 +124,7 @@ def _install_worker(sandbox, wheels: Path) -> str:
         check=True,
     )  # fmt: skip
     # /var/tmp: Debian 13 mounts a tmpfs on /tmp, which hides what docker cp puts there
-    subprocess.run(["docker", "cp", str(wheels), "kiln-ctl:/var/tmp/kiln-wheels"], check=True)
+    subprocess.run(["docker", "cp", str(wheels), f"{container}:/var/tmp/kiln-wheels"], check=True)
     install = (
         "set -e; python3 -c 'import ensurepip' 2>/dev/null || (apt-get update -qq && "
         "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null); "
@@ -129,30 +132,69 @@ def _install_worker(sandbox, wheels: Path) -> str:
         f"{WORKER_VENV}/bin/pip install -q --no-index --find-links /var/tmp/kiln-wheels kiln; "
         "rm -rf /var/tmp/kiln-wheels"
     )
-    subprocess.run(["docker", "exec", "kiln-ctl", "sh", "-c", install], check=True, timeout=900)
+    subprocess.run(["docker", "exec", container, "sh", "-c", install], check=True, timeout=900)
     # The worker reaches the nodes with the inventory's key and known_hosts, at the same paths.
     subprocess.run(
-        ["docker", "exec", "kiln-ctl", "mkdir", "-p", str(sandbox.private_key.parent)], check=True
+        ["docker", "exec", container, "mkdir", "-p", str(sandbox.private_key.parent)], check=True
     )
     for path in (sandbox.private_key, sandbox.known_hosts):
-        subprocess.run(["docker", "cp", str(path), f"kiln-ctl:{path}"], check=True)
+        subprocess.run(["docker", "cp", str(path), f"{container}:{path}"], check=True)
     return runner
 
 
+def _kill_first_worker_job(container: str, killed: list[str], stop: threading.Event) -> None:
+    """Kill -9 every process of the first worker job seen on `container` (as if it powered
+    off mid-shard), once its ansible-playbook is running."""
+    while not stop.is_set():
+        found = subprocess.run(
+            ["docker", "exec", container, "pgrep", "-f", "ansible-playbook.*/tmp/kiln-worker/"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if found.returncode == 0:
+            time.sleep(1)  # under way
+            subprocess.run(
+                ["docker", "exec", container, "pkill", "-KILL", "-f", "/tmp/kiln-worker/"],
+                check=False,
+            )
+            killed.append(found.stdout.split()[0])
+            return
+        time.sleep(0.3)
+
+
 @pytest.mark.skipif(os.environ.get("KILN_TEST_WORKER") == "0", reason="KILN_TEST_WORKER=0")
-def test_shards_through_a_worker_controller(sandbox, unsharded, tmp_path):
+def test_a_worker_lost_mid_shard_hands_its_shard_to_the_other(sandbox, unsharded, tmp_path):
+    """Workers kiln-ctl and kiln-node01; kiln-ctl's first job is killed while it runs: kiln
+    stops what is left of it over ssh, runs the shard on kiln-node01, and every later shard
+    there too; the run ends as a clean one does."""
+    other = sandbox.nodes[-1].name  # a compute node, as a second worker
     runner = _install_worker(sandbox, tmp_path / "wheels")
-    rollout = {"shard_by": "count", "shard_size": 1, "worker_runner": runner}
-    workers = "    kiln_workers:\n      hosts:\n        kiln-ctl:\n"
-    inventory = copy_inventory(sandbox, tmp_path, rollout, extra_hosts=workers)
-    code, summary, stderr = provision(inventory, tmp_path / "state")
+    _install_worker(sandbox, tmp_path / "wheels-b", container=other)
+    rollout = {"shard_by": "count", "shard_size": 100, "worker_runner": runner}
+    extra = f"    kiln_workers:\n      hosts:\n        kiln-ctl:\n        {other}:\n"
+    inventory = copy_inventory(sandbox, tmp_path, rollout, extra_hosts=extra)
+    killed: list[str] = []
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_first_worker_job, args=("kiln-ctl", killed, stop))
+    killer.start()
+    try:
+        code, summary, stderr = provision(inventory, tmp_path / "state")
+    finally:
+        stop.set()
+        killer.join()
+    assert killed, "kiln-ctl never ran a worker job"
     assert code == 0, stderr[-3000:] + json.dumps(summary.get("stopped"))
-    for entry in summary["stages"]:
-        compute = [s for s in entry["shards"] if s["name"] != "controllers"]
-        assert compute and all(s["worker"] == "kiln-ctl" for s in compute)
-        assert all(s["reached_recap"] for s in entry["shards"])
+    compute = [s for e in summary["stages"] for s in e["shards"] if s["name"] != "controllers"]
+    assert compute[0]["worker"] == other
+    assert compute[0]["requeued_from"] == ["kiln-ctl"]
+    assert all(s["worker"] == other for s in compute)  # the lost one: no more
+    assert all(s["reached_recap"] for e in summary["stages"] for s in e["shards"])
     assert set(summary["hosts"]) == set(unsharded["hosts"])
     assert all(s <= {"ok", "changed"} for s in statuses(summary).values())
-    assert summary["changed"] == 0
+    assert summary["changed"] == 0  # converged before: the requeued run changed nothing
+    events = Path(summary["record"]) / "events.jsonl"
+    lost = [
+        json.loads(line) for line in events.read_text().splitlines() if "kiln_worker_lost" in line
+    ]
+    assert [(e["worker"], e["job"]) for e in lost] == [("kiln-ctl", "stopped")]
     artifact = Path(summary["stages"][-1]["shards"][1]["artifact_dir"])
     assert (artifact / "rc").read_text().strip() == "0"  # artifacts came home
