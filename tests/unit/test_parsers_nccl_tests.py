@@ -70,6 +70,11 @@ def test_text_malformed_row() -> None:
 
 def test_text_without_table() -> None:
     with pytest.raises(ParseError, match="no result table header"):
+        parse_text("# nThread 1 nGpus 8\n# Using devices\n")
+
+
+def test_text_of_a_failed_test_names_its_failure() -> None:
+    with pytest.raises(ParseError, match="the test failed before its first size at line 2"):
         parse_text(
             "# nThread 1 nGpus 8\nTest CUDA failure common.cu:941 'system not yet initialized'\n"
         )

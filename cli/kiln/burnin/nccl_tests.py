@@ -21,7 +21,10 @@ from kiln.parsers.nccl_tests import NcclResult, parse_text
 IMPLEMENTATION = "nccl-tests"
 DTYPES = {"float": "float32", "half": "float16", "double": "float64", "bfloat16": "bfloat16"}
 _NCCL_VERSION = re.compile(r"\bNCCL version (?P<v>\d+\.\d+\.\d+\S*)")
-_TESTS_VERSION = re.compile(r"^#\s*nccl-tests version (?P<v>\S+)", re.MULTILINE)
+# nccl-tests: "# nccl-tests version 2.13.10 ..."; rccl-tests: "rccl-tests: Version develop:83d38d9"
+_TESTS_VERSION = re.compile(
+    r"^(?:#\s*nccl-tests version|rccl-tests: Version) (?P<v>\S+)", re.MULTILINE
+)
 
 
 def document_fields(result: NcclResult, verdict_bytes: int | None = None) -> dict:

@@ -3,7 +3,12 @@
 Text: a "# nThread ..." parameter line, "# Using devices" with one line per rank, a size table
 whose columns come from its header (older releases have no `root` column; `-C 1` prints
 `cputime`), and a footer with "Out of bounds values" and "Avg bus bandwidth". NCCL INFO/WARN
-lines interleaved by NCCL_DEBUG are skipped.
+lines interleaved by NCCL_DEBUG are skipped. AMD's rccl-tests prints the same report, read the
+same way ("AMD Instinct MI300X" as the device name).
+
+A test that stops ("HOST: Test NCCL failure common.cu:1285 'internal error ...'", CUDA or HIP
+alike) is a ParseError naming that line and host, even when some sizes ran before it: the run
+did not finish, so no row of it is a result.
 
 JSON: nccl-tests writes it when given an output file (`-J`/`--output_file`, newer releases); the
 document shape parsed here is the one src/util.cu writes (JSON_FILE_VERSION 2: `config`,
@@ -31,6 +36,7 @@ _DEVICE = re.compile(
 )
 _COLUMNS = re.compile(r"^#\s+size\s+count\s+type\s+")
 _AVG_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<value>[\d.eE+-]+)")
+_FAILURE = re.compile(r"^(?:(?P<host>[^\s:]+):\s+)?Test (?:\w+ )?failure\b")
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<count>\d+)\s*(?P<status>\w+)?")
 
 
@@ -108,10 +114,14 @@ def parse_text(text: str) -> NcclResult:
     columns: list[str] | None = None
     avg: float | None = None
     oob: int | None = None
+    failure: tuple[int, str, str | None] | None = None  # the first: the cause, not its echo
 
     for line_no, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         if not stripped:
+            continue
+        if failure is None and (match := _FAILURE.match(stripped)):
+            failure = (line_no, line, match["host"])
             continue
         if stripped.startswith("#"):
             if _PARAMS.match(stripped):
@@ -169,6 +179,11 @@ def parse_text(text: str) -> NcclResult:
                 in_place=_measure(fields[fixed + 4 : fixed + 8], line_no, line),
             )
         )
+    if failure is not None:
+        line_no, line, host = failure
+        where = f" on {host}" if host else ""
+        ran = f" after {len(rows)} sizes" if rows else " before its first size"
+        raise ParseError(TOOL, f"the test failed{where}{ran}", line_no=line_no, line=line)
     if columns is None:
         raise ParseError(TOOL, "no result table header ('#  size  count  type ...') found")
     if not rows:
