@@ -84,3 +84,12 @@ def test_json_malformed() -> None:
     with pytest.raises(ParseError) as info:
         parse_json('{"version": 2,\n "results": [\n')
     assert info.value.line_no == 3
+
+
+def test_a_run_that_failed_at_32_gib_keeps_what_it_measured() -> None:
+    """nccl-tests issue #322: 128 H100 nodes measured 1-16 GiB, then failed at 32 GiB."""
+    ring = "h100_80gb_128node_ring_1g_to_16g_trimmed_issue322.txt"
+    result = parse_text((FIXTURES / "real/nccl-tests-all_reduce_perf" / ring).read_text())
+    assert result.row(8589934592).out_of_place.busbw_gbs == 364.57  # type: ignore[union-attr]
+    assert result.failure is not None
+    assert result.failure.startswith("HCA-128: Test NCCL failure common.cu:1204")

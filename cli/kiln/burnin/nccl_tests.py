@@ -70,6 +70,8 @@ def document_fields(result: NcclResult, verdict_bytes: int | None = None) -> dic
         "validated": any(m.wrong is not None for m in measures),
         "correct": wrong == 0 and not result.out_of_bounds,
         "avg_busbw_gbs": result.avg_busbw_gbs,
+        # stopped after these sizes: the report shows why the larger ones are missing
+        **({"failure": result.failure} if result.failure else {}),
     }
 
 

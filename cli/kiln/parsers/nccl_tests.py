@@ -7,8 +7,9 @@ lines interleaved by NCCL_DEBUG are skipped. AMD's rccl-tests prints the same re
 same way ("AMD Instinct MI300X" as the device name).
 
 A test that stops ("HOST: Test NCCL failure common.cu:1285 'internal error ...'", CUDA or HIP
-alike) is a ParseError naming that line and host, even when some sizes ran before it: the run
-did not finish, so no row of it is a result.
+alike) before its first size is a ParseError naming that line and host. One that stops after
+some sizes keeps them (each row was measured and checked; a 128-node run that fails at 32 GiB
+has still measured 8 GiB) and says so in `failure`.
 
 JSON: nccl-tests writes it when given an output file (`-J`/`--output_file`, newer releases); the
 document shape parsed here is the one src/util.cu writes (JSON_FILE_VERSION 2: `config`,
@@ -77,6 +78,7 @@ class NcclResult:
     rows: tuple[NcclRow, ...]
     avg_busbw_gbs: float | None
     out_of_bounds: int | None
+    failure: str | None = None  # the tool's own failure line, when it stopped after some sizes
 
     @property
     def hosts(self) -> list[str]:
@@ -179,11 +181,12 @@ def parse_text(text: str) -> NcclResult:
                 in_place=_measure(fields[fixed + 4 : fixed + 8], line_no, line),
             )
         )
-    if failure is not None:
+    if failure is not None and not rows:
         line_no, line, host = failure
         where = f" on {host}" if host else ""
-        ran = f" after {len(rows)} sizes" if rows else " before its first size"
-        raise ParseError(TOOL, f"the test failed{where}{ran}", line_no=line_no, line=line)
+        raise ParseError(
+            TOOL, f"the test failed{where} before its first size", line_no=line_no, line=line
+        )
     if columns is None:
         raise ParseError(TOOL, "no result table header ('#  size  count  type ...') found")
     if not rows:
@@ -194,6 +197,7 @@ def parse_text(text: str) -> NcclResult:
         rows=tuple(rows),
         avg_busbw_gbs=avg,
         out_of_bounds=oob,
+        failure=failure[1].strip() if failure else None,
     )
 
 
