@@ -84,27 +84,18 @@ def _framed(job: bytes) -> bytes:
     return b"%d\n" % len(job) + job
 
 
+def _leased(tmp_path: Path, lease: str, directory: str, script: str, **popen) -> subprocess.Popen:
+    """worker_side running `sh -c script` under a lease of `lease` seconds, its stdin ours."""
+    argv = [PYTHON, str(_program(tmp_path)), "run", lease, directory, "--", "sh", "-c", script]
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, **popen)
+
+
 # --- the lease on its own ----------------------------------------------------------------------
 
 
 def test_a_job_that_hears_no_heartbeat_is_killed_when_its_lease_runs_out(tmp_path):
     directory = str(tmp_path / "job-a")
-    program = _program(tmp_path)
-    proc = subprocess.Popen(
-        [
-            PYTHON,
-            str(program),
-            "run",
-            "1.5",
-            directory,
-            "--",
-            "sh",
-            "-c",
-            f"sleep 30 # {directory}",
-        ],
-        stdin=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    proc = _leased(tmp_path, "1.5", directory, f"sleep 30 # {directory}", stderr=subprocess.PIPE)
     started = time.monotonic()
     proc.stdin.write(_framed(b"the job"))
     proc.stdin.flush()  # and then silence: stdin stays open, no heartbeat
@@ -117,21 +108,7 @@ def test_a_job_that_hears_no_heartbeat_is_killed_when_its_lease_runs_out(tmp_pat
 
 def test_a_job_with_heartbeats_then_done_ends_as_it_will(tmp_path):
     directory = str(tmp_path / "job-b")
-    program = _program(tmp_path)
-    proc = subprocess.Popen(
-        [
-            PYTHON,
-            str(program),
-            "run",
-            "1",
-            directory,
-            "--",
-            "sh",
-            "-c",
-            f"sleep 3; exit 7 # {directory}",
-        ],
-        stdin=subprocess.PIPE,
-    )
+    proc = _leased(tmp_path, "1", directory, f"sleep 3; exit 7 # {directory}")
     proc.stdin.write(_framed(b"job"))
     proc.stdin.flush()
     for _ in range(5):  # 2.5 s of heartbeats, past the 1 s lease
@@ -145,11 +122,7 @@ def test_a_job_with_heartbeats_then_done_ends_as_it_will(tmp_path):
 
 def test_stdin_closed_before_done_kills_the_job_at_once(tmp_path):
     directory = str(tmp_path / "job-c")
-    program = _program(tmp_path)
-    proc = subprocess.Popen(
-        [PYTHON, str(program), "run", "60", directory, "--", "sh", "-c", f"sleep 30 # {directory}"],
-        stdin=subprocess.PIPE,
-    )
+    proc = _leased(tmp_path, "60", directory, f"sleep 30 # {directory}")
     proc.stdin.write(_framed(b"job"))
     proc.stdin.close()  # kiln's end gone: nobody reads the stream
     assert proc.wait(timeout=10) == 128 + signal.SIGKILL
