@@ -17,6 +17,8 @@ RFC1123_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 DNS_NAME = re.compile(
     r"^(?=.{1,253}$)(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?$"
 )
+# AMD Instinct models as operators write them ("mi300x", "MI325X", "amd-mi300x", "instinct-mi250x")
+AMD_INSTINCT = re.compile(r"^(amd[-_ ]?)?(instinct[-_ ]?)?mi\d{3}[a-z]*$", re.IGNORECASE)
 NODE_SHAPE_KEYS = ("sockets", "cores_per_socket", "threads_per_core", "real_memory_mb")
 
 
@@ -90,6 +92,17 @@ def gpu_model_is_known(ctx: InventoryContext, host: ResolvedHost, out: FindingCo
             )
             return
         model = "none"
+    if isinstance(model, str) and model not in ctx.profiles and AMD_INSTINCT.match(model):
+        # not a typo to correct: the whole stack differs (ROCm, amdgpu, amd-smi, RCCL)
+        out.error(
+            f"GPU model '{model}' is an AMD Instinct: kiln does not provision AMD GPUs yet",
+            origin=origin,
+            key="kiln_gpu_model",
+            host=host.name,
+            hint="kiln installs and checks the NVIDIA stack only (docs/gpu.md, AMD Instinct): "
+            "provisioning would install NVIDIA's driver on these nodes",
+        )
+        return
     if model is not None and model not in ctx.profiles:
         out.error(
             f"unknown GPU model '{model}'",
