@@ -26,6 +26,8 @@ from kiln.burnin.judge import judge_run
 from kiln.inventory import require_valid
 from kiln.judging.compact_table import read_table
 from kiln.records.burnin_compact import load_compact
+from kiln.state.controller import DEFAULT_DIR as STATE_DIR
+from kiln.state.lifecycle import LOG as LIFECYCLE_LOG
 
 pytestmark = pytest.mark.integration
 
@@ -93,6 +95,10 @@ def test_burnin_passes_then_drains_a_slowed_node_and_resumes_it(provisioned_sand
     cluster = require_valid(inventory)
     nodes = [n.name for n in cluster.compute]
     home = tmp_path / "home"
+    # The lifecycle this scenario checks starts with it: on a sandbox kept from an earlier run,
+    # the log still ends as that run left it (the slowed node with its vendor, in RMA), and no
+    # burn-in verdict moves a node on from RMA (only a replacement does).
+    _on_controller(cluster, f"rm -f {STATE_DIR}/{LIFECYCLE_LOG}")
 
     # 1. A healthy cluster passes: GEMM on each node, a gloo all-reduce between them.
     rc, doc, stderr, first = _burnin(inventory, home)
