@@ -163,9 +163,9 @@ def _kill_first_worker_job(container: str, killed: list[str], stop: threading.Ev
 
 @pytest.mark.skipif(os.environ.get("KILN_TEST_WORKER") == "0", reason="KILN_TEST_WORKER=0")
 def test_a_worker_lost_mid_shard_hands_its_shard_to_the_other(sandbox, unsharded, tmp_path):
-    """Workers kiln-ctl and kiln-node01; kiln-ctl's first job is killed while it runs: kiln
-    stops what is left of it over ssh, runs the shard on kiln-node01, and every later shard
-    there too; the run ends as a clean one does."""
+    """Workers kiln-ctl and the last compute node; kiln-ctl's first job is killed while it
+    runs: kiln stops what is left of it over ssh, runs the shard on the node, and every later
+    shard there too; the run ends as a clean one does."""
     other = sandbox.nodes[-1].name  # a compute node, as a second worker
     runner = _install_worker(sandbox, tmp_path / "wheels")
     _install_worker(sandbox, tmp_path / "wheels-b", container=other)

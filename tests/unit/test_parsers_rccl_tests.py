@@ -10,14 +10,11 @@ from kiln.parsers import ParseError
 from kiln.parsers.nccl_tests import parse_text
 
 RCCL = OURS / "rccl-tests-all_reduce_perf"
+MI300X = RCCL / "mi300x_8gpu_single_node_8M_to_1G_header_and_first_row_only_hpc_ai_envs_pr30.txt"
 
 
 def test_an_mi300x_node_reads_as_an_nvidia_one() -> None:
-    result = parse_text(
-        (
-            RCCL / "mi300x_8gpu_single_node_8M_to_1G_header_and_first_row_only_hpc_ai_envs_pr30.txt"
-        ).read_text()
-    )
+    result = parse_text(MI300X.read_text())
     assert (result.params["nThread"], result.params["nGpus"]) == (1, 8)
     assert [d.device for d in result.devices] == list(range(8))
     assert {d.name for d in result.devices} == {"AMD Instinct MI300X"}
@@ -28,10 +25,9 @@ def test_an_mi300x_node_reads_as_an_nvidia_one() -> None:
 
 
 def test_the_rccl_tests_version_line_is_kept_in_the_document() -> None:
-    text = (
-        RCCL / "mi300x_8gpu_single_node_8M_to_1G_header_and_first_row_only_hpc_ai_envs_pr30.txt"
-    ).read_text()
-    doc = complete({"implementation": "nccl-tests", "output": text, "verdict_bytes": 8388608})
+    doc = complete(
+        {"implementation": "nccl-tests", "output": MI300X.read_text(), "verdict_bytes": 8388608}
+    )
     assert doc["nccl_tests_version"] == "develop:83d38d9"
     assert doc["verdict_busbw_gbs"] == 161.14
 

@@ -92,7 +92,9 @@ def gpu_model_is_known(ctx: InventoryContext, host: ResolvedHost, out: FindingCo
             )
             return
         model = "none"
-    if isinstance(model, str) and model not in ctx.profiles and AMD_INSTINCT.match(model):
+    if model is None or model in ctx.profiles:
+        return
+    if AMD_INSTINCT.match(str(model)):
         # not a typo to correct: the whole stack differs (ROCm, amdgpu, amd-smi, RCCL)
         out.error(
             f"GPU model '{model}' is an AMD Instinct: kiln does not provision AMD GPUs yet",
@@ -103,14 +105,13 @@ def gpu_model_is_known(ctx: InventoryContext, host: ResolvedHost, out: FindingCo
             "provisioning would install NVIDIA's driver on these nodes",
         )
         return
-    if model is not None and model not in ctx.profiles:
-        out.error(
-            f"unknown GPU model '{model}'",
-            origin=origin,
-            key="kiln_gpu_model",
-            host=host.name,
-            hint=suggest(model, ctx.profiles) or f"known models: {', '.join(ctx.profiles)}",
-        )
+    out.error(
+        f"unknown GPU model '{model}'",
+        origin=origin,
+        key="kiln_gpu_model",
+        host=host.name,
+        hint=suggest(model, ctx.profiles) or f"known models: {', '.join(ctx.profiles)}",
+    )
 
 
 def gpu_count_in_profile_range(
