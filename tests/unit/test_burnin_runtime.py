@@ -29,8 +29,18 @@ def test_b200_gets_a_cuda_12_8_build_and_hopper_keeps_its():
 @pytest.mark.parametrize("profile_id", sorted(p for p, v in load_profiles().items() if v.is_gpu))
 def test_every_gpu_gets_a_build_with_kernels_for_its_architecture(profile_id):
     profile = get_profile(profile_id)
-    needs = load_compat().architectures[profile.architecture].min_cuda
-    assert parse_version(burnin_runtime(profile_id).cuda) >= parse_version(needs)
+    architecture = load_compat().architectures[profile.architecture]
+    runtime = burnin_runtime(profile_id)
+    assert architecture.built_for(runtime)
+    # NVIDIA GPUs get a CUDA build, AMD Instinct a ROCm one (torch.cuda answers on HIP)
+    assert (runtime.rocm is not None) == (profile.vendor == "amd")
+
+
+def test_an_mi300x_gets_a_rocm_build_not_a_cuda_one():
+    mi300x = burnin_runtime("mi300x")
+    assert (mi300x.cuda, mi300x.rocm) == (None, "6.2")
+    assert mi300x.index_url == "https://download.pytorch.org/whl/rocm6.2"
+    assert not load_compat().architectures["cdna3"].built_for(burnin_runtime("h100-sxm"))
 
 
 def render_defaults(model: str) -> dict:

@@ -149,7 +149,7 @@ def test_export_carries_the_validated_versions_with_defaults_filled(tmp_path):
     assert all(
         "kiln_versions" not in (variables or {}) for variables in exported["all"]["hosts"].values()
     )
-    default = load_compat().default_versions().model_dump()
+    default = load_compat().default_versions().model_dump(exclude_none=True)
     minimal = tmp_path / "minimal"
     minimal.mkdir()
     (minimal / "hosts.yml").write_text(

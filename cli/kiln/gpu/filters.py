@@ -35,6 +35,7 @@ from kiln.gpu.platform import (
     userns_sysctl,
 )
 from kiln.gpu.rails import NEAR_PATHS, rail_check, topology_from_packed
+from kiln.gpu.rocm import installed_problems, installed_release, rocm_release
 from kiln.gpu.trust import key_problem
 from kiln.parsers import ParseError
 from kiln.parsers.nccl_tests import parse_text
@@ -164,4 +165,10 @@ FILTERS = {
     "kiln_installed_stack_problems": lambda found: installed_stack_problems(
         found.get("driver"), found.get("cuda"), found.get("nccl")
     ),
+    # the rocm stage (AMD Instinct): AMD's repositories for a release, what dpkg holds against it
+    "kiln_rocm_release": lambda facts, release, suite=None: rocm_release(
+        facts, str(release), suite or None
+    ),
+    "kiln_rocm_installed_problems": installed_problems,
+    "kiln_rocm_installed_release": installed_release,
 }

@@ -40,6 +40,8 @@ def resolved_vars(node: Node) -> dict:
     )
     if node.bmc_address:
         variables["kiln_bmc_address"] = node.bmc_address
+    if node.has_gpus and node.profile.vendor == "amd":  # the roles' default is nvidia
+        variables["kiln_gpu_vendor"] = "amd"
     return variables
 
 
@@ -72,7 +74,7 @@ def render_inventory(cluster: Cluster, hosts: list[str] | None = None) -> str:
     # The versions as validated, defaults filled from the compatibility table: the nvidia and
     # nccl stages install exactly these. An undeclared Slurm stays unset: the slurm roles then
     # install what the nodes' distribution ships (kiln_slurm_pin), which validate checked.
-    versions = cluster.versions.model_dump()
+    versions = cluster.versions.model_dump(exclude_none=True)
     if not any(isinstance(w, dict) and w.get("slurm") for w in written):
         versions["slurm"] = None
     all_vars["kiln_versions"] = versions

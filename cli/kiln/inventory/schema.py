@@ -48,6 +48,9 @@ class VersionsSpec(StrictModel):
     cuda: str | None = Field(None, description="CUDA toolkit version, e.g. '12.8'")
     nccl: str | None = Field(None, description="NCCL version, e.g. '2.26.5'")
     slurm: str | None = Field(None, description="Slurm version, e.g. '24.11'")
+    rocm: str | None = Field(
+        None, description="ROCm release on AMD Instinct nodes, e.g. '6.2.4' (no default)"
+    )
 
 
 class PartitionSpec(StrictModel):

@@ -106,18 +106,31 @@ def _switched_on(cluster: Cluster, chosen: tuple[Stage, ...] | None) -> list[Sta
     """The stages to run: `chosen`, or every available stage whose switch is on. A stage the
     operator named while the inventory has it off is an error, not a silent skip."""
     if chosen is None:
-        return [s for s in available_stages() if not s.switch or _on(cluster, s.switch)]
-    off = [s.name for s in chosen if s.switch and not _on(cluster, s.switch)]
+        return [s for s in available_stages() if _on(cluster, s) and _has_gpus(cluster, s)]
+    off = [s.name for s in chosen if not _on(cluster, s)]
     if off:
         raise InvalidInputError(
             f"stage(s) off in this inventory: {', '.join(off)}",
             hint=f"turn it on: kiln_{off[0]}: {{enabled: true}} (group_vars/all.yml)",
         )
+    idle = [s for s in chosen if not _has_gpus(cluster, s)]
+    if idle:
+        raise InvalidInputError(
+            f"stage {idle[0].name}: no compute node of this inventory has "
+            f"{idle[0].gpu_vendor} GPUs",
+            hint="leave it out of --stages",
+        )
     return list(chosen)
 
 
-def _on(cluster: Cluster, switch: str) -> bool:
-    return bool(getattr(cluster, switch).enabled)
+def _on(cluster: Cluster, stage: Stage) -> bool:
+    return not stage.switch or bool(getattr(cluster, stage.switch).enabled)
+
+
+def _has_gpus(cluster: Cluster, stage: Stage) -> bool:
+    return not stage.gpu_vendor or any(
+        node.has_gpus and node.profile.vendor == stage.gpu_vendor for node in cluster.compute
+    )
 
 
 def _targets(cluster: Cluster, options: PlanOptions, home: Path) -> list[str]:

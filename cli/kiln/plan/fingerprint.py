@@ -155,7 +155,7 @@ def fingerprints(
     }
     per_node: dict[str, str] = {}
     member_of = memberships(cluster)
-    versions = cluster.versions.model_dump()
+    versions = cluster.versions.model_dump(exclude_none=True)
     result: dict[str, dict[str, str]] = {}
     for planned in plan.stages:
         code, reads = code_digest(planned.stage, playbooks_dir)

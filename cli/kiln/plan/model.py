@@ -153,7 +153,7 @@ class Plan:
         return {
             "cluster": self.cluster.name,
             "inventory": str(self.cluster.inventory_dir),
-            "versions": self.cluster.versions.model_dump(),
+            "versions": self.cluster.versions.model_dump(exclude_none=True),
             "stages": [
                 {
                     "name": s.name,

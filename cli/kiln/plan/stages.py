@@ -23,6 +23,8 @@ class Stage:
     # An optional stage: the Cluster attribute whose `enabled` turns it on (kiln_<switch> in the
     # inventory); off, `kiln plan` and `kiln provision` leave it out. None: always on.
     switch: str | None = None
+    # A vendor's GPU stack: on only when some compute node carries that vendor's GPUs.
+    gpu_vendor: str | None = None
 
     def path(self, playbooks_dir: Path = PLAYBOOKS_DIR) -> Path:
         return (playbooks_dir / self.playbook).resolve()
@@ -36,6 +38,13 @@ STAGES: tuple[Stage, ...] = (
         "nvidia.yml",
         "driver, fabric manager, persistenced, DCGM, CUDA",
         ("kiln_compute",),
+    ),
+    Stage(
+        "rocm",
+        "rocm.yml",
+        "amdgpu driver and ROCm on AMD Instinct nodes",
+        ("kiln_compute",),
+        gpu_vendor="amd",
     ),
     Stage("infiniband", "infiniband.yml", "rdma stack, IPoIB, subnet manager, link checks"),
     Stage("nccl", "nccl.yml", "NCCL and nccl-tests", ("kiln_compute",)),

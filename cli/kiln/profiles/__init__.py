@@ -40,7 +40,8 @@ __all__ = [
     "profile_for_product_name",
 ]
 
-GpuArchitecture = Literal["ampere", "ada", "hopper", "blackwell"]
+GpuArchitecture = Literal["ampere", "ada", "hopper", "blackwell", "cdna3"]
+GpuVendor = Literal["nvidia", "amd"]
 
 
 # --------------------------------------------------------------------------- hardware profiles
@@ -69,6 +70,8 @@ class NodeShape(_Model):
 class HardwareProfile(_Model):
     id: str
     name: str
+    # Whose stack a GPU node gets: NVIDIA's (driver, CUDA, NCCL, DCGM) or AMD's (amdgpu, ROCm)
+    vendor: GpuVendor = "nvidia"
     product_names: list[str] = Field(default_factory=list)
     gpu_count_min: int = Field(ge=0)
     gpu_count_max: int = Field(ge=0)
@@ -91,6 +94,7 @@ class HardwareProfile(_Model):
     compute_capability: str | None = None  # what CUDA calls it: "9.0" is sm_90
     min_driver_branch: int | None = None
     open_kernel_modules: bool = False
+    min_rocm: str | None = None  # AMD: the oldest ROCm release that supports the GPU
 
     @property
     def is_gpu(self) -> bool:
@@ -111,6 +115,8 @@ class HardwareProfile(_Model):
             self.bf16_tflops is None or self.gres_type is None or self.architecture is None
         ):
             raise ValueError(f"{self.id}: a GPU profile needs bf16_tflops, gres_type, architecture")
+        if self.is_gpu and (self.vendor == "amd") != (self.min_rocm is not None):
+            raise ValueError(f"{self.id}: an AMD GPU profile, and only one, needs min_rocm")
         return self
 
 

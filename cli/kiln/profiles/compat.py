@@ -17,7 +17,7 @@ from kiln.profiles._common import Dotted, Model, dotted, parse_version, read_yam
 if TYPE_CHECKING:
     from kiln.profiles import HardwareProfile
 
-VersionKey = Literal["driver_branch", "cuda", "nccl", "slurm"]
+VersionKey = Literal["driver_branch", "cuda", "nccl", "slurm", "rocm"]
 
 
 class Versions(Model):
@@ -25,6 +25,7 @@ class Versions(Model):
     cuda: Dotted
     nccl: Dotted
     slurm: Dotted
+    rocm: Dotted | None = None  # AMD Instinct nodes only: no default (see CompatTable.check_rocm)
 
     def describe(self) -> str:
         return (
@@ -53,8 +54,25 @@ class DriverBranch(Model):
 
 
 class GpuRule(Model):
-    min_driver_branch: int
+    """A GPU profile's stack floor: NVIDIA's driver branch, or for AMD Instinct the ROCm release."""
+
+    min_driver_branch: int | None = None
     open_kernel_modules: bool = False
+    min_rocm: Dotted | None = None
+
+    @model_validator(mode="after")
+    def _one_stack(self) -> Self:
+        if (self.min_driver_branch is None) == (self.min_rocm is None):
+            raise ValueError("give a GPU profile min_driver_branch (NVIDIA) or min_rocm (AMD)")
+        return self
+
+
+class RocmRelease(Model):
+    """A ROCm release as AMD publishes it for apt: the amdgpu driver release in the same
+    repository tree (repo.radeon.com/amdgpu/<release>/ubuntu) and the Ubuntu suites it has."""
+
+    amdgpu: str  # the amdgpu-dkms version's release part (1:<amdgpu>.<build>-...)
+    suites: list[str]  # Ubuntu codenames with a repository for this release
 
 
 class FabricManagerRule(Model):
@@ -70,10 +88,20 @@ class NcclRelease(Model):
 
 
 class Architecture(Model):
-    """A GPU architecture: the oldest CUDA with kernels for it, and burn-in's torch build."""
+    """A GPU architecture: the oldest CUDA with kernels for it (NVIDIA; None for AMD's, which
+    ROCm serves), and burn-in's torch build."""
 
-    min_cuda: Dotted
+    min_cuda: Dotted | None = None
+    min_rocm: Dotted | None = None  # AMD's: the oldest ROCm with kernels for it
     burnin_runtime: str  # a key of `burnin_runtimes`
+
+    def built_for(self, runtime: BurninRuntime) -> bool:
+        """Whether a torch build has kernels for this architecture (its CUDA or ROCm is new
+        enough)."""
+        for needs, has in ((self.min_cuda, runtime.cuda), (self.min_rocm, runtime.rocm)):
+            if needs is not None and (has is None or parse_version(has) < parse_version(needs)):
+                return False
+        return True
 
 
 class BurninRuntime(Model):
@@ -82,7 +110,8 @@ class BurninRuntime(Model):
 
     name: str = ""  # its key in compat.yml
     torch: Dotted
-    cuda: Dotted
+    cuda: Dotted | None = None  # a CUDA build, or
+    rocm: Dotted | None = None  # a ROCm build (PyTorch's rocmX.Y wheels bundle HIP and RCCL)
     index_url: str
     default: bool = False  # the build for nodes without a GPU architecture
 
@@ -110,6 +139,8 @@ class CompatTable(Model):
     tested: list[Combination]
     architectures: dict[str, Architecture] = Field(default_factory=dict)
     burnin_runtimes: dict[str, BurninRuntime] = Field(default_factory=dict)
+    rocm: dict[str, RocmRelease] = Field(default_factory=dict)
+    rocm_platforms: dict[str, str] = Field(default_factory=dict)  # kiln_os -> Ubuntu suite
 
     @field_validator("burnin_runtimes", mode="before")
     @classmethod
@@ -121,6 +152,13 @@ class CompatTable(Model):
     @field_validator("nccl", mode="before")
     @classmethod
     def _nccl_keys(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {dotted(k): v for k, v in value.items()}
+        return value
+
+    @field_validator("rocm", mode="before")
+    @classmethod
+    def _rocm_keys(cls, value: Any) -> Any:
         if isinstance(value, dict):
             return {dotted(k): v for k, v in value.items()}
         return value
@@ -144,10 +182,11 @@ class CompatTable(Model):
             runtime = self.burnin_runtimes.get(arch.burnin_runtime)
             if runtime is None:
                 raise ValueError(f"{name}: unknown burn-in runtime {arch.burnin_runtime}")
-            if parse_version(runtime.cuda) < parse_version(arch.min_cuda):
+            if not arch.built_for(runtime):
+                needs = f"CUDA >= {arch.min_cuda}" if arch.min_cuda else f"ROCm >= {arch.min_rocm}"
                 raise ValueError(
-                    f"{name} needs CUDA >= {arch.min_cuda}; burn-in runtime {runtime.name} is "
-                    f"built for CUDA {runtime.cuda}"
+                    f"{name} needs {needs}; burn-in runtime {runtime.name} is built for "
+                    f"CUDA {runtime.cuda}, ROCm {runtime.rocm}"
                 )
         return self
 
@@ -162,7 +201,7 @@ class CompatTable(Model):
 
     def is_tested(self, versions: Versions) -> bool:
         # An exact Slurm version (24.05.8) is tested as its release (24.05).
-        release = versions.model_copy(update={"slurm": _release(versions.slurm)})
+        release = versions.model_copy(update={"slurm": _release(versions.slurm), "rocm": None})
         return any(combo.versions() == release for combo in self.tested)
 
     def runtime_for(self, architecture: str | None) -> BurninRuntime:
@@ -244,11 +283,15 @@ class CompatTable(Model):
 
         seen: set[str] = set()
         for profile in gpu_profiles:
-            if profile.id in seen or profile.min_driver_branch is None:
+            if (
+                profile.id in seen
+                or profile.min_driver_branch is None
+                or profile.vendor != "nvidia"
+            ):
                 continue
             seen.add(profile.id)
             arch = self.architectures.get(profile.architecture or "")
-            if arch is not None and cuda_t < parse_version(arch.min_cuda):
+            if arch is not None and arch.min_cuda and cuda_t < parse_version(arch.min_cuda):
                 error(
                     "cuda",
                     f"{profile.id} GPUs ({profile.architecture}) need CUDA >= {arch.min_cuda}; "
@@ -274,6 +317,38 @@ class CompatTable(Model):
                     hint=f"the default tested combination is {default.describe()}",
                 )
             )
+        return problems
+
+    def check_rocm(
+        self, rocm: str | None, profile: HardwareProfile, os_id: str
+    ) -> list[tuple[str, str]]:
+        """Why a node of this AMD profile on this OS cannot get ROCm `rocm`, as (what is at
+        fault: "rocm" or "os", why); [] when it can. The release must be declared, known, new
+        enough for the GPU and published by AMD for the OS."""
+        known = ", ".join(sorted(self.rocm, key=parse_version))
+        if rocm is None:
+            return [("rocm", f"{profile.id} GPUs need kiln_versions.rocm (one of: {known})")]
+        release = self.rocm.get(rocm)
+        if release is None:
+            return [("rocm", f"ROCm {rocm} is not in the compatibility table (known: {known})")]
+        problems = []
+        if profile.min_rocm and parse_version(rocm) < parse_version(profile.min_rocm):
+            problems.append(
+                ("rocm", f"{profile.id} GPUs need ROCm >= {profile.min_rocm}; "
+                         f"kiln_versions.rocm is {rocm}")
+            )  # fmt: skip
+        suite = self.rocm_platforms.get(os_id)
+        if suite is None:
+            offered = ", ".join(self.rocm_platforms)
+            problems.append(
+                ("os", f"kiln installs ROCm on {offered} (AMD's apt repositories); "
+                       f"kiln_os is {os_id}")
+            )  # fmt: skip
+        elif suite not in release.suites:
+            problems.append(
+                ("os", f"AMD publishes ROCm {rocm} for {', '.join(release.suites)}, "
+                       f"not {suite} ({os_id})")
+            )  # fmt: skip
         return problems
 
     def _branch_at_least(self, minimum: int) -> int:

@@ -95,14 +95,17 @@ def gpu_model_is_known(ctx: InventoryContext, host: ResolvedHost, out: FindingCo
     if model is None or model in ctx.profiles:
         return
     if AMD_INSTINCT.match(str(model)):
-        # not a typo to correct: the whole stack differs (ROCm, amdgpu, amd-smi, RCCL)
+        # not a typo of an NVIDIA model: name the AMD profiles kiln has
+        amd = [p.id for p in ctx.profiles.values() if p.vendor == "amd"]
+        same = [p for p in amd if str(model).lower().endswith(p)]
         out.error(
-            f"GPU model '{model}' is an AMD Instinct: kiln does not provision AMD GPUs yet",
+            f"GPU model '{model}' is an AMD Instinct kiln has no profile for",
             origin=origin,
             key="kiln_gpu_model",
             host=host.name,
-            hint="kiln installs and checks the NVIDIA stack only (docs/gpu.md, AMD Instinct): "
-            "provisioning would install NVIDIA's driver on these nodes",
+            hint=f"write it as {same[0]}"
+            if same
+            else f"kiln's AMD Instinct profiles: {', '.join(amd)} (docs/gpu.md, AMD Instinct)",
         )
         return
     out.error(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from kiln.inventory.context import InventoryContext
 from kiln.inventory.findings import FindingCollector
 from kiln.inventory.resolve import ResolvedHost
+from kiln.profiles import load_compat
 from kiln.profiles.platforms import load_platforms
 
 
@@ -22,7 +23,9 @@ def os_is_supported(ctx: InventoryContext, host: ResolvedHost, out: FindingColle
     if os_id is None or arch is None:
         return  # not a string: reported by kiln.inventory.values
     branch = None
-    if ctx.gpu_count(host) and ctx.versions is not None:
+    profile = ctx.profile(host)
+    amd = profile is not None and profile.vendor == "amd"
+    if ctx.gpu_count(host) and ctx.versions is not None and not amd:
         branch = int(ctx.versions.driver_branch)
     for problem in table.problems(os_id, arch, branch):
         if "driver" in problem:
@@ -39,6 +42,23 @@ def os_is_supported(ctx: InventoryContext, host: ResolvedHost, out: FindingColle
             hint="see docs/gpu.md, Platforms: which OS releases, architectures and driver "
             "branches kiln's NVIDIA stack runs on",
         )
+
+    if amd and ctx.gpu_count(host) and ctx.versions is not None:
+        rocm = ctx.versions.rocm
+        for what, problem in load_compat().check_rocm(rocm, profile, os_id):
+            if what == "os":
+                key, origin = "kiln_os", ctx.origin_of(host, "kiln_os")
+            elif rocm is None:  # not written anywhere: point at the AMD model
+                key, origin = "kiln_versions.rocm", ctx.origin_of(host, "kiln_gpu_model")
+            else:
+                key, origin = "kiln_versions.rocm", ctx.written_at("kiln_versions", "rocm")
+            out.error(
+                f"{host.name}: {problem}",
+                origin=origin or ctx.declared_at(host.name),
+                key=key,
+                host=host.name,
+                hint="see docs/gpu.md, AMD Instinct: the ROCm releases and platforms kiln installs",
+            )
 
     source = host.vars.get("nvidia_driver_source")
     platform = table.get(os_id)

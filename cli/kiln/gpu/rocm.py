@@ -1,0 +1,92 @@
+"""The ROCm stack's decisions on an AMD Instinct node (the rocm role, through kiln_gpu_filters).
+
+    release = rocm_release(facts, "6.2.4")        # repository paths, suite, packed build
+    problems = installed_problems(listing, release)  # what dpkg holds against the declared release
+
+AMD publishes each ROCm release as two apt repositories under one release number
+(repo.radeon.com/amdgpu/<release>/ubuntu for the amdgpu driver, repo.radeon.com/rocm/apt/<release>
+for ROCm), so configuring one release is the pin: nothing of another release is offered. Every
+package of a release carries its packed build in its version (6.2.4 -> 60204: rocm-core
+6.2.4.60204-139~22.04, amdgpu-dkms 1:6.8.5.60204-2111901.22.04); that is how an installed
+package is known to be the declared release. Pure: text in, answers out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiln.gpu.platform import PlatformError, facts_platform
+from kiln.profiles import load_compat
+
+# rocm-core names the release itself (its version starts with it); the driver's module package
+CORE = "rocm-core"
+DRIVER = "amdgpu-dkms"
+
+
+def packed_build(release: str) -> str:
+    """ROCm's packed release number in package versions: 6.2.4 -> 60204, 6.3 -> 60300."""
+    major, minor, patch = ([int(p) for p in release.split(".")] + [0, 0])[:3]
+    return f"{major}{minor:02d}{patch:02d}"
+
+
+def rocm_release(facts: dict[str, Any], release: str, suite: str | None = None) -> dict:
+    """What the rocm role needs for ROCm `release` on this node: the Ubuntu suite of AMD's
+    repositories (`suite` overrides the OS's, for a mirror that serves another), both
+    repository paths and the packed build. PlatformError when the release or OS is not one
+    kiln installs ROCm on (kiln validate refuses those before a stage runs)."""
+    table = load_compat()
+    known = table.rocm.get(str(release))
+    if known is None:
+        raise PlatformError(
+            f"ROCm {release} is not in kiln's compatibility table "
+            f"(known: {', '.join(sorted(table.rocm))})"
+        )
+    os_id, _arch = facts_platform(facts)
+    chosen = suite or table.rocm_platforms.get(os_id or "")
+    if chosen is None:
+        raise PlatformError(
+            f"no ROCm repository for {os_id}: AMD publishes ROCm for "
+            f"{', '.join(table.rocm_platforms)} (set rocm_repo_suite for a mirror of another)"
+        )
+    return {
+        "release": str(release),
+        "suite": chosen,
+        "build": packed_build(str(release)),
+        "amdgpu": known.amdgpu,
+        "amdgpu_path": f"amdgpu/{release}/ubuntu",
+        "rocm_path": f"rocm/apt/{release}",
+    }
+
+
+def installed_problems(listing: str, release: dict, packages: list[str]) -> list[str]:
+    """Why the installed packages are not ROCm `release` (a `dpkg-query -W -f
+    '${Package}\\t${Version}\\t${db:Status-Status}\\n'` listing); [] when every one of
+    `packages` is installed at a version of that release's build."""
+    versions = {}
+    for line in listing.splitlines():
+        fields = line.split("\t")
+        if len(fields) == 3 and fields[2] == "installed":
+            versions[fields[0]] = fields[1]
+    build = f".{release['build']}-"
+    problems = []
+    for name in packages:
+        version = versions.get(name)
+        if version is None:
+            problems.append(f"{name} is not installed")
+        elif build not in version:
+            problems.append(
+                f"{name} {version} is not of ROCm {release['release']} (build {release['build']})"
+            )
+    core = versions.get(CORE)
+    if core is not None and not core.startswith(release["release"] + "."):
+        problems.append(f"{CORE} {core} names another ROCm release than {release['release']}")
+    return problems
+
+
+def installed_release(listing: str) -> str | None:
+    """The ROCm release rocm-core says is installed (6.2.4 from 6.2.4.60204-139~22.04), or None."""
+    for line in listing.splitlines():
+        fields = line.split("\t")
+        if len(fields) == 3 and fields[0] == CORE and fields[2] == "installed":
+            return ".".join(fields[1].split(".")[:3])
+    return None
