@@ -14,7 +14,7 @@ MOLECULE_SCENARIOS := $(notdir $(wildcard molecule/*))
 # The scenarios `make test` runs: the roles whose hardware the sandbox does not have, against
 # recorded outputs (slurm's scenario is left to `make test-molecule`: the Docker tier runs the
 # slurm roles against real Slurm on every test).
-MOLECULE_CI_SCENARIOS := infiniband nvidia power
+MOLECULE_CI_SCENARIOS := infiniband nvidia power rocm
 # Debian packages the tests use beyond Docker: sshd for the SSH fan-out tests, chromium to
 # render the HTML burn-in report.
 # rpm, createrepo-c, dnf: kiln mirror fetch's dnf side is tested against a real signed
