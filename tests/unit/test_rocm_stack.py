@@ -179,3 +179,45 @@ def test_every_rocm_release_is_published_for_a_suite_kiln_maps_an_os_to():
     suites = set(table.rocm_platforms.values())
     for release in table.rocm.values():
         assert set(release.suites) <= suites or set(release.suites) & suites
+
+
+def test_gres_conf_has_slurm_detect_the_amd_gpus_and_check_them_against_the_inventory(tmp_path):
+    """gres.conf(5): AutoDetect on a NodeName line applies to those nodes; File and a Type that
+    is a substring of the detected name sanity-check what gpu/rsmi finds (a mismatch drains)."""
+    plan = make_plan(require_valid(write_inventory(tmp_path / "inv")))
+    files = {f.name: f.content for f in plan.files}
+    lines = [line for line in files["gres.conf"].splitlines() if line.startswith("NodeName=")]
+    assert lines == [
+        "NodeName=h[01-02] Name=gpu Type=h100 File=/dev/nvidia[0-7]",
+        "NodeName=m[01-02] AutoDetect=rsmi Name=gpu Type=mi300x File=/dev/dri/renderD[128-135]",
+    ]
+    slurm_conf = files["slurm.conf"]
+    assert "NodeName=m[01-02] " in slurm_conf and "Gres=gpu:mi300x:8" in slurm_conf
+
+
+def test_slurmd_gets_the_rsmi_plugin_on_amd_nodes_only():
+    from kiln.artifacts.scope import environment
+
+    text = (Path(__file__).parents[2] / "playbooks/roles/slurm_node/vars/Debian.yml").read_text()
+    packages = yaml.safe_load(text)["__slurm_node_packages"]["distribution"]
+    render = environment().from_string(packages).render
+    assert render(__slurm_node_amd=True) == ["slurmd", "slurm-wlm-rsmi-plugin"]
+    assert render(__slurm_node_amd=False) == ["slurmd"]
+
+
+def test_health_counts_an_amd_nodes_gpus_and_never_asks_nvidia_smi():
+    """An AMD Instinct node's health check: amdgpu's render nodes counted by PCI vendor, the
+    checks with no AMD reading yet said unchecked (never a failure, never a drain)."""
+    from kiln.health import checks
+    from kiln.health.expect import expectations
+    from kiln.health.node import Probes
+
+    expect = expectations("m01", "mi300x", 8, [])
+    assert expect["gpu"] == {"model": "mi300x", "count": 8, "vendor": "amd"}
+    probes = [name for name, _ids, _call in Probes(expect, {}, 5).plan(set(checks.CHECKS))]
+    assert "amd_gpu" in probes and not {"gpu", "nvlink", "xid", "fabric_manager"} & set(probes)
+    aspeed, amd = "0x1a03\n", "0x1002\n"  # a BMC's render node is not a GPU
+    healthy = checks.amd_gpu_findings([aspeed] + [amd] * 8, expect)
+    assert [(f.check, f.ok) for f in healthy] == [("gpu_count", True), ("gpu_model", None)]
+    lost = checks.amd_gpu_findings([amd] * 7, expect)[0]
+    assert (lost.ok, lost.reading) == (False, "7 AMD GPUs (amdgpu render nodes), expected 8")

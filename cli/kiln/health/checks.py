@@ -60,6 +60,8 @@ GPU_QUERY_CHECKS = (
     "throttle",
 )
 GPU_CHECKS = (*GPU_QUERY_CHECKS, "nvlink", "fabric_manager", "xid")
+AMD_GPU_CHECKS = ("gpu_count", "gpu_model")
+AMD_VENDOR = "0x1002"  # PCI vendor id of AMD's GPUs
 FABRIC_CHECKS = ("ib_port", "ib_errors")
 NODE_CHECKS = ("mount", "time_sync", "slurmd", "munge", "disk")
 CHECKS = GPU_CHECKS + FABRIC_CHECKS + NODE_CHECKS
@@ -212,6 +214,19 @@ def nvlink_findings(text: str, expect: dict) -> list[Finding]:
     if problems:
         return [_fail("nvlink", "; ".join(problems))]
     return [_ok("nvlink", f"{expect['gpu']['count']} GPUs, all links up")]
+
+
+def amd_gpu_findings(vendors: list[str], expect: dict) -> list[Finding]:
+    """The PCI vendor of each render node amdgpu made (/sys/class/drm/renderD*/device/vendor)
+    against expect["gpu"]["count"]: an AMD GPU that fell off the bus or failed to initialise has
+    no render node. The other GPU checks have no AMD reading yet: one unchecked finding says so."""
+    count, wanted = sum(v.strip() == AMD_VENDOR for v in vendors), expect["gpu"]["count"]
+    found = (
+        _ok("gpu_count", f"{count} AMD GPUs (amdgpu render nodes)")
+        if count == wanted
+        else _fail("gpu_count", f"{count} AMD GPUs (amdgpu render nodes), expected {wanted}")
+    )
+    return [found, Finding("gpu_model", None, "AMD GPU model, ECC and throttling: not read yet")]
 
 
 def service_findings(check: str, text: str, unit: str) -> list[Finding]:

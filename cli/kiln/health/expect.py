@@ -59,7 +59,11 @@ def expectations(
     ib_spec = ib if isinstance(ib, IbSpec) else IbSpec.model_validate(ansible_plain(ib or {}))
     profile = get_profile(gpu_model)
     gpu = None
-    if profile.is_gpu and gpu_count > 0:
+    if profile.is_gpu and gpu_count > 0 and profile.vendor == "amd":
+        # AMD Instinct: amdgpu's GPUs counted from sysfs; nvidia-smi's checks (ECC, retired
+        # pages, throttling, Xids) have no AMD reading in kiln yet (amd-smi), said by the probe
+        gpu = {"model": profile.id, "count": gpu_count, "vendor": "amd"}
+    elif profile.is_gpu and gpu_count > 0:
         gpu = {
             "model": profile.id,
             "count": gpu_count,

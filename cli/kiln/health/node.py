@@ -95,6 +95,13 @@ class Probes:
             run(["nvidia-smi", query, "--format=csv"], self.timeout), self.expect
         )
 
+    def amd_gpu(self) -> list[Finding]:
+        vendors = [
+            path.read_text()
+            for path in sorted(Path("/sys/class/drm").glob("renderD*/device/vendor"))
+        ]
+        return checks.amd_gpu_findings(vendors, self.expect)
+
     def nvlink(self) -> list[Finding]:
         return checks.nvlink_findings(
             run(["nvidia-smi", "nvlink", "--status"], self.timeout), self.expect
@@ -150,7 +157,9 @@ class Probes:
         """(probe name, the checks it yields, callable) for the probes `wanted` needs."""
         gpu, fabric = self.expect.get("gpu"), self.expect.get("fabric")
         probes: list[tuple[str, tuple[str, ...], object]] = []
-        if gpu:
+        if gpu and gpu.get("vendor") == "amd":
+            probes.append(("amd_gpu", checks.AMD_GPU_CHECKS, self.amd_gpu))
+        elif gpu:
             probes.append(
                 (
                     "gpu",

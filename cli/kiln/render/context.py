@@ -17,10 +17,15 @@ def _hardware_key(node: Node) -> tuple:
         node.real_memory_mb,
         node.profile.gres_type if node.has_gpus else None,
         node.gpu_count,
+        node.profile.vendor,
     )
 
 
-def _device_files(count: int) -> str:
+def _device_files(count: int, vendor: str = "nvidia") -> str:
+    """The GPUs' device files: NVIDIA's /dev/nvidiaN; amdgpu's render nodes, numbered from 128
+    (what Slurm's gpu/rsmi plugin detects, and checks these against)."""
+    if vendor == "amd":
+        return "/dev/dri/renderD128" if count == 1 else f"/dev/dri/renderD[128-{127 + count}]"
     return "/dev/nvidia0" if count == 1 else f"/dev/nvidia[0-{count - 1}]"
 
 
@@ -39,7 +44,10 @@ def node_groups(nodes: list[Node]) -> list[dict]:
                 "real_memory_mb": node.real_memory_mb,
                 "gpu_type": key[4],
                 "gpu_count": node.gpu_count if key[4] else 0,
-                "gpu_files": _device_files(node.gpu_count),
+                "gpu_files": _device_files(node.gpu_count, node.profile.vendor),
+                # AMD GPUs through Slurm's gpu/rsmi plugin: it detects them, and the Type and
+                # File written here sanity-check what it finds (a mismatch drains the node)
+                "autodetect": "rsmi" if key[4] and node.profile.vendor == "amd" else None,
             }
         group["nodes"].append(node.name)
     return list(groups.values())

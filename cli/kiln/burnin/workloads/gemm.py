@@ -377,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
         "started": started,
         "torch_version": torch.__version__,
         "cuda_version": torch.version.cuda,
+        # ROCm's torch answers torch.cuda on HIP (AMD Instinct): its HIP release, else None
+        "hip_version": getattr(torch.version, "hip", None),
         "device_kind": "cuda" if use_cuda else "cpu",
         "n": n,
         "seed": SEED,  # the same product on every device: their digests must agree

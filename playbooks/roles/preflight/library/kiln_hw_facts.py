@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module: read a node's CPUs, memory, NVIDIA PCI devices and IB HCAs.
+"""Ansible module: read a node's CPUs, memory, GPUs on the PCI bus and IB HCAs.
 
 nvidia-smi is read by its own module (playbooks/library/kiln_nvidia_smi.py).
 
@@ -14,23 +14,34 @@ from ansible.module_utils.basic import AnsibleModule
 
 DOCUMENTATION = r"""
 module: kiln_hw_facts
-short_description: Read CPUs, memory, NVIDIA PCI devices and InfiniBand HCAs of a node
+short_description: Read CPUs, memory, GPUs on the PCI bus and InfiniBand HCAs of a node
 description:
-  - Reads /proc/cpuinfo, /proc/meminfo, /sys/bus/pci/devices (vendor 0x10de, class 0x0302 or
-    0x0300) and /sys/class/infiniband. Changes nothing.
-options: {}
+  - Reads /proc/cpuinfo, /proc/meminfo, /sys/bus/pci/devices (NVIDIA's GPUs, vendor 0x10de and
+    class 0x0302 or 0x0300; or AMD Instinct's, vendor 0x1002 and class 0x1200 or 0x0380) and
+    /sys/class/infiniband. Changes nothing.
+options:
+  gpu_vendor:
+    description: Whose GPUs to count, nvidia or amd (kiln_gpu_vendor).
+    type: str
+    default: nvidia
+    choices: [nvidia, amd]
 author: kiln
 """
 
 RETURN = r"""
 cpus: {description: Logical CPUs, type: int, returned: always}
 memory_mb: {description: Total memory in MiB, type: int, returned: always}
-gpu_pci: {description: NVIDIA GPUs on the PCI bus (address, device), type: list, returned: always}
+gpu_pci: {description: the vendor's GPUs on the bus (address, device), type: list, returned: always}
 ib_hcas: {description: HCA names under /sys/class/infiniband, type: list, returned: always}
 """
 
-NVIDIA_VENDOR = "0x10de"
-GPU_CLASSES = ("0x0302", "0x0300")  # 3D controller, VGA controller (NVSwitch is 0x0680)
+# PCI vendor -> the classes its GPUs show: NVIDIA's 3D or VGA controllers (an NVSwitch is
+# 0x0680); AMD Instinct's processing accelerators (MI210, MI300X, MI325X) or display controllers
+# (MI100, MI250), never its audio functions (0x0403) beside them.
+GPU_CLASSES = {
+    "nvidia": ("0x10de", ("0x0302", "0x0300")),
+    "amd": ("0x1002", ("0x1200", "0x0380")),
+}
 
 
 def _read(path):
@@ -53,7 +64,8 @@ def memory_mb():
     return 0
 
 
-def gpu_pci(root="/sys/bus/pci/devices"):
+def gpu_pci(root="/sys/bus/pci/devices", vendor="nvidia"):
+    vendor_id, classes = GPU_CLASSES[vendor]
     devices = []
     try:
         names = sorted(os.listdir(root))
@@ -61,9 +73,9 @@ def gpu_pci(root="/sys/bus/pci/devices"):
         return devices
     for name in names:
         base = os.path.join(root, name)
-        if _read(os.path.join(base, "vendor")) != NVIDIA_VENDOR:
+        if _read(os.path.join(base, "vendor")) != vendor_id:
             continue
-        if _read(os.path.join(base, "class"))[:6] not in GPU_CLASSES:
+        if _read(os.path.join(base, "class"))[:6] not in classes:
             continue
         devices.append({"address": name, "device": _read(os.path.join(base, "device"))})
     return devices
@@ -77,12 +89,17 @@ def ib_hcas(root="/sys/class/infiniband"):
 
 
 def main():
-    module = AnsibleModule(argument_spec={}, supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec={
+            "gpu_vendor": {"type": "str", "default": "nvidia", "choices": ["nvidia", "amd"]}
+        },
+        supports_check_mode=True,
+    )
     module.exit_json(
         changed=False,
         cpus=cpu_count(),
         memory_mb=memory_mb(),
-        gpu_pci=gpu_pci(),
+        gpu_pci=gpu_pci(vendor=module.params["gpu_vendor"]),
         ib_hcas=ib_hcas(),
     )
 
