@@ -221,3 +221,18 @@ def test_health_counts_an_amd_nodes_gpus_and_never_asks_nvidia_smi():
     assert [(f.check, f.ok) for f in healthy] == [("gpu_count", True), ("gpu_model", None)]
     lost = checks.amd_gpu_findings([amd] * 7, expect)[0]
     assert (lost.ok, lost.reading) == (False, "7 AMD GPUs (amdgpu render nodes), expected 8")
+
+
+def test_the_mirror_plan_of_an_amd_node_holds_both_of_amds_repositories(tmp_path):
+    """`kiln mirror plan` walks the rocm role: both repositories of the release (one deb822 source
+    of two stanzas), AMD's key, the ROCm packages, the rsmi plugin and torch's ROCm wheel."""
+    from kiln.artifacts.plan import mirror_plan
+
+    plan = mirror_plan(require_valid(write_inventory(tmp_path / "inv")))
+    amd = {(a.kind, a.name, a.suite) for a in plan.artifacts if a.role in ("rocm", "")}
+    assert ("repository", "https://repo.radeon.com/amdgpu/6.2.4/ubuntu", "noble main") in amd
+    assert ("repository", "https://repo.radeon.com/rocm/apt/6.2.4", "noble main") in amd
+    names = {(a.kind, a.name, a.source) for a in plan.artifacts}
+    assert ("file", "rocm.gpg.key", "https://repo.radeon.com/rocm/rocm.gpg.key") in names
+    assert {"amdgpu-dkms", "rocm-core", "slurm-wlm-rsmi-plugin"} <= {n for _k, n, _s in names}
+    assert ("wheel", "torch", "https://download.pytorch.org/whl/rocm6.2") in names

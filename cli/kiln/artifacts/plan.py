@@ -289,13 +289,15 @@ def artifacts_of(fetch: Fetch, platform: str, family: str) -> list[Artifact]:
             Artifact("key", k.rsplit("/", 1)[-1], "", source=k, **common) for k in keys
         ]
     if module == "template":  # a source list: deb822 (URIs, Suites, Components) or baseurl
-        fields = _source_fields(str(args.get("content", "")))
-        urls = _URL.findall(" ".join(fields.get(k, "") for k in ("uris", "baseurl")))
-        if not urls and fetch.unresolved:  # the node's to say: kept, never dropped
+        found = {}
+        for fields in _source_stanzas(str(args.get("content", ""))):
+            suite = " ".join(fields.get(k, "") for k in ("suites", "components")).strip()
+            for url in _URL.findall(" ".join(fields.get(k, "") for k in ("uris", "baseurl"))):
+                found.setdefault(url, suite)
+        if not found and fetch.unresolved:  # the node's to say: kept, never dropped
             return [Artifact("repository", "?", "", **common)]
-        suite = " ".join(fields.get(k, "") for k in ("suites", "components")).strip()
         return [Artifact("repository", u, "", source=u, suite=suite, **common)
-                for u in dict.fromkeys(urls)]  # fmt: skip
+                for u, suite in found.items()]  # fmt: skip
     if module in ("rpm_key", "apt_key"):
         key = str(args.get("key") or args.get("url") or "")
         if not _URL.match(key):
@@ -306,14 +308,18 @@ def artifacts_of(fetch: Fetch, platform: str, family: str) -> list[Artifact]:
     return []
 
 
-def _source_fields(content: str) -> dict[str, str]:
-    """deb822 fields (URIs, Suites, Components) or a .repo's baseurl, lower-cased keys."""
-    fields = {}
+def _source_stanzas(content: str) -> list[dict[str, str]]:
+    """Each repository of a source list: a deb822 stanza's fields (URIs, Suites, Components;
+    stanzas are separated by blank lines) or a .repo section's baseurl, lower-cased keys."""
+    stanzas: list[dict[str, str]] = [{}]
     for line in content.splitlines():
+        if not line.strip() or line.lstrip().startswith("["):
+            stanzas.append({})
+            continue
         key, sep, value = line.partition("=" if line.lstrip().startswith("baseurl") else ":")
         if sep and not line.lstrip().startswith("#"):
-            fields[key.strip().lower()] = value.strip()
-    return fields
+            stanzas[-1][key.strip().lower()] = value.strip()
+    return [fields for fields in stanzas if fields]
 
 
 def _suite(args: dict[str, Any]) -> str:
