@@ -11,7 +11,14 @@ import yaml
 
 from kiln.errors import InvalidInputError
 from kiln.gpu.platform import PlatformError
-from kiln.gpu.rocm import installed_problems, installed_release, packed_build, rocm_release
+from kiln.gpu.rocm import (
+    action,
+    installed_problems,
+    installed_release,
+    packed_build,
+    release_packages,
+    rocm_release,
+)
 from kiln.inventory import load_cluster, require_valid
 from kiln.inventory.export import export_inventory
 from kiln.plan import make_plan
@@ -172,6 +179,23 @@ def test_installed_packages_are_checked_against_the_declared_release():
         "amdgpu-dkms is not installed", "rocm-smi-lib is not installed"
     ]  # fmt: skip
     assert installed_release("") is None
+
+
+def test_an_older_release_is_moved_whole_a_newer_one_refused():
+    """The upgrade moves every package of the old release's build (a dependency apt pulled in
+    too); apt takes no release back, so a newer one installed is refused, naming both."""
+    old = listing(("rocm-core", "6.2.4.60204-139~22.04"), ("hsa-rocr", "1.14.0.60204-139~22.04"),
+                  ("libc6", "2.39-0ubuntu8"))  # fmt: skip
+    assert action("", "6.2.4") == {"action": "install", "installed": None, "packages": []}
+    assert action(old, "6.2.4")["action"] == "none"
+    assert action(old, "6.3.3") == {
+        "action": "upgrade", "installed": "6.2.4", "packages": ["rocm-core", "hsa-rocr"]
+    }  # fmt: skip
+    back = action(old.replace("6.2.4.60204", "6.4.1.60401").replace("60204", "60401"), "6.2.4")
+    assert (back["action"], back["installed"]) == ("refuse", "6.4.1")
+    assert "newer than the declared 6.2.4" in back["why"]
+    assert release_packages(old, "6.2.4") == ["rocm-core", "hsa-rocr"]
+    assert release_packages(old, "6.3.3") == []
 
 
 def test_every_rocm_release_is_published_for_a_suite_kiln_maps_an_os_to():

@@ -35,7 +35,8 @@ from kiln.gpu.platform import (
     userns_sysctl,
 )
 from kiln.gpu.rails import NEAR_PATHS, rail_check, topology_from_packed
-from kiln.gpu.rocm import installed_problems, installed_release, rocm_release
+from kiln.gpu.rocm import action as rocm_action
+from kiln.gpu.rocm import installed_problems, release_packages, rocm_release
 from kiln.gpu.trust import key_problem
 from kiln.parsers import ParseError
 from kiln.parsers.nccl_tests import parse_text
@@ -170,5 +171,6 @@ FILTERS = {
         facts, str(release), suite or None
     ),
     "kiln_rocm_installed_problems": installed_problems,
-    "kiln_rocm_installed_release": installed_release,
+    "kiln_rocm_action": lambda listing, release: rocm_action(listing, str(release)),
+    "kiln_rocm_release_packages": lambda listing, release: release_packages(listing, str(release)),
 }

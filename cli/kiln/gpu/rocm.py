@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from kiln.gpu.platform import PlatformError, facts_platform
-from kiln.profiles import load_compat
+from kiln.profiles import load_compat, parse_version
 
 # rocm-core names the release itself (its version starts with it); the driver's module package
 CORE = "rocm-core"
@@ -81,6 +81,34 @@ def installed_problems(listing: str, release: dict, packages: list[str]) -> list
     if core is not None and not core.startswith(release["release"] + "."):
         problems.append(f"{CORE} {core} names another ROCm release than {release['release']}")
     return problems
+
+
+def action(listing: str, release: str) -> dict:
+    """What the role does for ROCm `release` given what dpkg holds: install (no ROCm), none
+    (this release), upgrade (an older one: its packages, by build, are moved to this release's),
+    or refuse (a newer one: apt does not take a whole release back, and kiln does not try)."""
+    installed = installed_release(listing)
+    if installed is None:
+        return {"action": "install", "installed": None, "packages": []}
+    if installed == release:
+        return {"action": "none", "installed": installed, "packages": []}
+    packages = release_packages(listing, installed)
+    if parse_version(installed) > parse_version(release):
+        return {"action": "refuse", "installed": installed, "packages": packages,
+                "why": f"ROCm {installed} is installed, newer than the declared {release}: kiln "
+                       "moves a node to a newer ROCm release only"}  # fmt: skip
+    return {"action": "upgrade", "installed": installed, "packages": packages}
+
+
+def release_packages(listing: str, release: str) -> list[str]:
+    """Every installed package of ROCm `release` (its packed build in the version): the named
+    ones and the dependencies apt pulled in with them, all of which the role holds."""
+    build = f".{packed_build(release)}-"
+    return [
+        fields[0]
+        for fields in (line.split("\t") for line in listing.splitlines())
+        if len(fields) == 3 and fields[2] == "installed" and build in fields[1]
+    ]
 
 
 def installed_release(listing: str) -> str | None:
