@@ -643,3 +643,95 @@ def test_a_run_that_lost_its_lock_starts_no_further_phase(tmp_path, monkeypatch)
     assert not any("fabric" in script for script in ctl.scripts.values())
     assert ctl.commands[-1] == "scontrol delete reservationname=kiln-burnin-run"
     assert ctl.reasons == {NODE2: quarantine}
+
+
+# -- the pairwise pass: the Locator's rounds, not every node's log2(N) partners --------------
+
+
+def test_the_pairwise_pass_asks_the_locators_rounds_and_drains_only_the_slow_node(
+    tmp_path, monkeypatch
+):
+    """Six CPU nodes on one leaf, kiln-node04 slow with everyone: the ring has no floor, so the
+    pairwise pass runs. Round one pairs everyone once (node04 slow with node03); round two puts
+    each suspect with a node of no slow pair on its leaf (node03 fine, node04 slow again); no
+    third round (nothing across leaves). Two rounds of 3 and 2 jobs, instead of the 5 rounds of
+    15 jobs pair_schedule gives six nodes; only node04 drained, named by its pairs."""
+    import json
+    import re
+    import shutil
+
+    from kiln.fleet import CommandOutcome, NodeResult
+
+    inventory = tmp_path / "inv"
+    shutil.copytree(SANDBOX, inventory)
+    hosts = inventory / "hosts.yml"
+    extra = "".join(
+        f"        kiln-node0{i}:\n          ansible_host: 172.31.250.{10 + i}\n"
+        f"          kiln_rack: sandbox\n          kiln_gpu_model: none\n"
+        f"          kiln_gpu_count: 0\n"
+        for i in range(3, 7)
+    )
+    hosts.write_text(hosts.read_text() + extra)
+    cluster = require_valid(inventory)
+    nodes = [n.name for n in cluster.compute]
+    assert len(nodes) == 6
+    ring = json.loads((CPU2 / "allreduce" / "fabric-ring.json").read_text())
+
+    def allreduce(members: list[str], busbw: float) -> str:
+        rows = [{**row, "busbw_gbs": busbw} for row in ring["rows"]]
+        return json.dumps({**ring, "hosts": members, "world_size": len(members), "rows": rows,
+                           "verdict_busbw_gbs": busbw})  # fmt: skip
+
+    ctl = Slurm()
+    returned: set[str] = set()
+
+    def over_ssh(group, command):
+        """Each node's fetch: its GEMM once, and the all-reduces its jobs left since."""
+        out = []
+        for node in group:
+            files = {}
+            if f"gemm/{node.name}" not in returned:
+                files[f"gemm/{node.name}.json"] = gemm_doc(node.name)
+                returned.add(f"gemm/{node.name}")
+            for script in ctl.scripts.values():
+                for job in re.findall(r'save "\$out/allreduce/([^"]+)\.json"', script):
+                    members = re.search(r"--nodelist=(\S+)", script)[1]
+                    if job in returned or not script_first(members, node.name, nodes):
+                        continue
+                    hosts_in = [n for n in nodes if n in expand(members, nodes)]
+                    slow = "kiln-node04" in hosts_in and len(hosts_in) == 2
+                    files[f"allreduce/{job}.json"] = allreduce(hosts_in, 1.0 if slow else 100.0)
+                    returned.add(job)
+            text = json.dumps(files)
+            out.append(NodeResult(node.name, node.address, CommandOutcome.OK, 0, text))
+        return out
+
+    monkeypatch.setattr(collect, "run_as_root", over_ssh)
+    outcome = C.BurninOutcome(
+        "RUN", tmp_path / "run", resolve_suite(cluster.burnin), nodes, BurninReport(cluster.name)
+    )
+    C._Campaign(cluster, C.BurninOptions(poll_seconds=0), ctl, outcome, lambda _: None, {}).run()
+
+    pair_jobs = [
+        j for s in ctl.scripts.values() for j in re.findall(r"allreduce/(pair-[^\"]+)\.json", s)
+    ]
+    assert pair_jobs == [
+        "pair-r0-kiln-node01--kiln-node06", "pair-r0-kiln-node02--kiln-node05",
+        "pair-r0-kiln-node03--kiln-node04",
+        "pair-r1-kiln-node01--kiln-node03", "pair-r1-kiln-node02--kiln-node04",
+    ]  # fmt: skip
+    assert outcome.pair_rounds == 2
+    assert list(outcome.drained) == ["kiln-node04"]
+    assert outcome.drained["kiln-node04"].startswith("kiln:burnin:RUN: allreduce slow in 2/2")
+
+
+def expand(members: str, nodes: list[str]) -> set[str]:
+    """The nodes a job's --nodelist names (kiln writes hostlists: kiln-node0[1,3])."""
+    from kiln.render.hostlist import expand as expand_hostlist
+
+    return set(expand_hostlist(members)) & set(nodes)
+
+
+def script_first(members: str, node: str, nodes: list[str]) -> bool:
+    """Whether `node` is where a job's batch script ran (its first node) and left the result."""
+    return min(expand(members, nodes)) == node

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from kiln.app import app
 from kiln.errors import InvalidInputError
+from kiln.judging.locate import MAX_ROUNDS
 from kiln.judging.pairs import default_rounds
 from kiln.plan.estimate import (
     BURNIN,
@@ -85,8 +86,9 @@ def test_the_projection_re_derived_by_hand():
     assert slurm.seconds == pytest.approx(rounds * 60.0) and slurm.bound == ROLLING_BATCHES
     assert result.mirror_seconds == pytest.approx(12_500 * 4.0 * 8 / 10.0)
     assert result.provision_seconds == pytest.approx(rounds * 100.0)
-    assert default_rounds(12_500) == 14
-    assert result.burnin_seconds == pytest.approx(60.0 + 14 * 20.0)
+    # the pairwise pass: the Locator's three rounds at most, not log2(12,500) = 14 of them
+    assert default_rounds(12_500) == 14 and MAX_ROUNDS == 3
+    assert result.burnin_seconds == pytest.approx(60.0 + 3 * 20.0)
     assert result.bottleneck == ROLLING_BATCHES
     document = result.to_dict()
     assert document["bottleneck"] == ROLLING_BATCHES and document["nodes"] == 12_500

@@ -22,7 +22,8 @@ nodes first and renders the report after; the campaign in between:
    node "not tested (busy)"); the fabric all-reduce; on nodes that declare HCAs, ib_write_bw per
    rail between node pairs, a round at a time (kiln.burnin.ib: their HCAs read over SSH before
    and after, for the names, the port states and the error counters); and, when the fabric
-   misses its floor, the pairwise pass, a round of disjoint pairs at a time; polled with squeue,
+   misses its floor, the pairwise pass in the rounds the Locator picks (kiln.burnin.pairwise:
+   at most three, each of disjoint pairs), collected after each; polled with squeue,
    cancelled at their deadline (kiln.burnin.submit).
 3. Results fetched over SSH from every node into the run record (kiln.burnin.collect), judged
    (kiln.judging through judge_run), report.json saved.
@@ -50,6 +51,7 @@ from kiln.burnin.dcgm import dcgm_phase
 from kiln.burnin.judge import judge_run
 from kiln.burnin.nodes import busy, busy_message, classify, select_compute, wait_for
 from kiln.burnin.outcome import BurninOptions, BurninOutcome, Target
+from kiln.burnin.pairwise import PairwisePass
 from kiln.burnin.states import lift_while_starting, settle
 from kiln.burnin.submit import JobQueue
 from kiln.burnin.suites import resolve_suite
@@ -59,10 +61,10 @@ from kiln.inventory import Cluster
 from kiln.judging import BurninReport
 from kiln.judging.ib import IbPair
 from kiln.judging.model import NOT_TESTED_BUSY
-from kiln.judging.pairs import pair_schedule
-from kiln.judging.results import ResultError, allreduce_from_doc
-from kiln.judging.thresholds import FABRIC_BYTES, fabric_floor
+from kiln.judging.results import AllreduceResult, ResultError, allreduce_from_doc
+from kiln.judging.thresholds import FABRIC_BYTES, fabric_floor, floors_for
 from kiln.parsers import ParseError
+from kiln.profiles import get_profile
 from kiln.records.burnin import RunLayout, manifest_entry, save_report, write_manifest
 from kiln.records.runs import RunRecord, runs_home
 from kiln.slurmctl import commands
@@ -130,6 +132,8 @@ class _Campaign:
         self.nodes = {n: cluster.node(n) for n in outcome.nodes}
         self.ib_nodes = [n for n in outcome.nodes if self.nodes[n].ib_hcas]
         self.ib_pairs: list[IbPair] = []
+        # a GPU model's floors, as judging reads them (the pairwise pass's threshold)
+        self.floors = functools.cache(lambda model: floors_for(get_profile(model), cluster.burnin))
         # kiln_burnin.container: the GEMM and all-reduces run in that image (validate checked it)
         self.container = J.burnin_container(
             cluster.burnin.container, cluster.containers, cluster.mirror.url
@@ -223,16 +227,9 @@ class _Campaign:
             self._wait([spec], f"InfiniBand rails ({spec.name})", spec.queued_minutes)
         self._collect()
         out.timings["jobs"] = time.monotonic() - t0
-        rounds = self._pair_rounds(self._groups())
-        if rounds:
-            specs += [spec for round_ in rounds for spec in round_]
-            self._manifest(specs)
-            t0 = time.monotonic()
-            for k, round_ in enumerate(rounds):
-                self._wait(round_, f"pairwise pass, round {k + 1}/{len(rounds)}")
-            self._collect()
+        t0 = time.monotonic()
+        if self._pairwise(specs):
             out.timings["pairs"] = time.monotonic() - t0
-            out.pair_rounds = len(rounds)
         self._manifest(specs)  # with the nodes whose job never started
         self._ib_read("after")
 
@@ -346,32 +343,45 @@ class _Campaign:
         )  # fmt: skip
         return self.queue.run(specs, what, limit_minutes=limit, submitted=window)
 
-    def _pair_rounds(self, groups: dict[int, list[str]]) -> list[list[J.JobSpec]]:
-        """Rounds of disjoint pair jobs for every fabric all-reduce that missed its floor (3
-        nodes or more)."""
-        rounds: list[list[J.JobSpec]] = []
-        for gpus, members in sorted(groups.items()):
+    def _pairwise(self, specs: list[J.JobSpec]) -> int:
+        """For each ring that missed its floor (3 nodes or more), the pairwise pass in the
+        rounds kiln.burnin.pairwise picks, a phase each, collected after each (`specs` grows by
+        their jobs); the rounds run."""
+        for gpus, members in sorted(self._groups().items()):
             members = [m for m in members if m not in self.out.not_tested]
-            if len(members) < 3:
+            if len(members) < 3 or not self._fabric_slow(self._ring(gpus), members):
                 continue  # two nodes: the fabric job already is the pair
-            if not self._fabric_slow(self._ring(gpus), members):
-                continue
-            for k, round_ in enumerate(pair_schedule(members)):
-                specs = [self._allreduce(J.pair_name(k, a, b), [a, b], gpus) for a, b in round_]
-                if specs:
-                    rounds.append(specs)
-        return rounds
+            pass_ = PairwisePass(self.cluster, members, self.floors)
+            pairs = pass_.first()
+            while pairs:
+                k = pass_.rounds
+                round_ = [self._allreduce(J.pair_name(k, a, b), [a, b], gpus) for a, b in pairs]
+                specs += round_
+                self._manifest(specs)
+                self._wait(round_, f"pairwise pass, round {k + 1} ({len(pairs)} pairs)")
+                self._collect()
+                found = {spec.nodes: self._result(spec.name) for spec in round_}
+                pass_.record({p: r.busbw_at(FABRIC_BYTES)[1] if r and r.correct and not r.wrong
+                              else 0.0 for p, r in found.items()})  # fmt: skip
+                pairs = pass_.next()
+            self.out.pair_rounds += pass_.rounds
+        return self.out.pair_rounds
+
+    def _result(self, name: str) -> AllreduceResult | None:
+        """An all-reduce job's result in the record, None when it left none (or none readable)."""
+        try:
+            doc = json.loads(self.layout.allreduce(name).read_text(encoding="utf-8"))
+            return allreduce_from_doc(name, doc)
+        except (OSError, ValueError, ResultError):
+            return None
 
     def _fabric_slow(self, name: str, members: list[str]) -> bool:
         """Whether the pairwise pass runs: the ring missed its rails' floor (or was wrong), or
         there is no floor (a node declares no rails: the pairs are the fleet-relative rule)."""
-        path = self.layout.allreduce(name)
-        floor = fabric_floor(self.cluster, members)
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-            result = allreduce_from_doc(name, doc)
-        except (OSError, ValueError, ResultError):
+        result = self._result(name)
+        if result is None:
             return True  # no result: the pairs tell which nodes or links hang
+        floor = fabric_floor(self.cluster, members)
         busbw = result.busbw_at(FABRIC_BYTES)[1]
         below = floor.gbs is not None and busbw < floor.gbs
         slow = not result.correct or result.wrong > 0 or floor.gbs is None or below

@@ -11,7 +11,7 @@ all 0, fails, naming the implementation that ran (nccl-tests or torch).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from kiln.inventory.model import Cluster
 from kiln.judging._rules import DRAIN, LOOK, C, W
@@ -80,11 +80,9 @@ def judge_allreduce(report, cluster: Cluster, table, jobs, floors) -> None:
         else:
             _judge_fabric(report, job, row, fabric_floor(cluster, known), has_pairs)
     if pairs:
-        in_pairs = {h for key in pairs for h in key}
-        pair_pct = min(100.0, *(node_floors[h].node_relative_pct for h in in_pairs))
         # A pair's floor does not depend on the order of its two nodes: the pairs' keys, in
         # first-seen order, stand for the results' hosts.
-        _judge_pairs(report, pairs, _pair_floor(cluster, [list(k) for k in pairs]), pair_pct)
+        _judge_pairs(report, pairs, *pair_threshold(cluster, pairs, floors))
 
 
 class RecordsOf(Sequence):
@@ -210,15 +208,25 @@ def _pair_floor(cluster: Cluster, pairs: list[list[str]]) -> ScopeFloor:
     return fabric_floor(cluster, min(pairs, key=lambda p: min(rails[p[0]], rails[p[1]])))
 
 
-def _judge_pairs(report, pairs, floor: ScopeFloor, pct: float) -> None:
+def pair_threshold(
+    cluster: Cluster, pairs: Mapping[tuple[str, str], float], floors
+) -> tuple[float, str, str]:
+    """(GB/s, rule, why) below which a node pair is slow: the rails' floor, or `pct` below the
+    pairs' median where that is higher (or there is no floor). One rule for the burn-in's
+    rounds (kiln.burnin.pairwise) and for judging them."""
+    in_pairs = {h for key in pairs for h in key}
+    pct = min(100.0, *(floors(cluster.node(h).gpu_model).node_relative_pct for h in in_pairs))
+    floor = _pair_floor(cluster, [list(k) for k in pairs])
     # The fleet's median says something from 3 pairs on (the pairwise pass runs from 3 nodes).
     fleet = len(pairs) >= 3
     relative = median(list(pairs.values())) * (1 - pct / 100) if fleet else 0.0
     if floor.gbs is not None and floor.gbs >= relative:
-        threshold, rule, why = floor.gbs, RAILS, floor.basis
-    else:
-        why = f"{pct:g}% below the pairs' median" if fleet else "no floor, no fleet to compare"
-        threshold, rule = relative, FLEET
+        return floor.gbs, RAILS, floor.basis
+    why = f"{pct:g}% below the pairs' median" if fleet else "no floor, no fleet to compare"
+    return relative, FLEET, why
+
+
+def _judge_pairs(report, pairs, threshold: float, rule: str, why: str) -> None:
     report.pair_threshold_gbs = threshold
     loc = localise(pairs, threshold)
     add = report.verdicts.append

@@ -13,9 +13,10 @@ timings.json. Per stage the projection takes the larger of two bounds and names 
 The provisioning is the sum of its stages, unless the mirror is slower: N x the bytes a node
 downloads / the mirror's bandwidth, when both are given. Burn-in: the per-node jobs and the
 fabric all-reduce run on every node at once (their measured seconds), then the pairwise pass
-takes max(3, ceil(log2 N)) rounds (kiln.judging.pairs.default_rounds) of the measured round
-time. The slowest of controller CPU, rolling batches, mirror bandwidth and burn-in length is
-named the bottleneck.
+takes at most the Locator's three rounds (kiln.judging.locate.MAX_ROUNDS; one for a fleet of
+two) of the measured round time, whatever N. The slowest
+of controller CPU, rolling batches, mirror bandwidth and burn-in length is named the
+bottleneck.
 
 What it leaves out, and says: the measured batch time includes the measuring controller's own
 contention (a larger controller is faster than projected); Slurm's job start rate past the
@@ -32,6 +33,7 @@ from datetime import datetime
 from typing import Any
 
 from kiln.errors import InvalidInputError
+from kiln.judging.locate import MAX_ROUNDS
 from kiln.judging.pairs import default_rounds
 from kiln.plan.shards import parallel_limit
 
@@ -245,7 +247,8 @@ def estimate(
         )
     if burnin is not None:
         per_round = burnin.pairs_seconds / burnin.pair_rounds if burnin.pair_rounds else 0.0
-        result.burnin_seconds = burnin.jobs_seconds + default_rounds(target.nodes) * per_round
+        rounds = min(MAX_ROUNDS, default_rounds(target.nodes))  # the Locator's, at most
+        result.burnin_seconds = burnin.jobs_seconds + rounds * per_round
     else:
         result.notes.append("burn-in not assessed: no burn-in record with its timings")
     result.notes.append(
