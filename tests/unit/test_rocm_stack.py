@@ -222,11 +222,14 @@ def test_gres_conf_has_slurm_detect_the_amd_gpus_and_check_them_against_the_inve
 def test_slurmd_gets_the_rsmi_plugin_on_amd_nodes_only():
     from kiln.artifacts.scope import environment
 
-    text = (Path(__file__).parents[2] / "playbooks/roles/slurm_node/vars/Debian.yml").read_text()
-    packages = yaml.safe_load(text)["__slurm_node_packages"]["distribution"]
-    render = environment().from_string(packages).render
-    assert render(__slurm_node_amd=True) == ["slurmd", "slurm-wlm-rsmi-plugin"]
-    assert render(__slurm_node_amd=False) == ["slurmd"]
+    role = Path(__file__).parents[2] / "playbooks/roles/slurm_node/vars"
+    names = {**yaml.safe_load((role / "Debian.yml").read_text()),
+             **yaml.safe_load((role / "main.yml").read_text())}  # fmt: skip
+    render = environment().from_string(names["__slurm_node_install_packages"]).render
+    amd = render({**names, "__slurm_node_amd": True})
+    assert amd == {"distribution": ["slurmd", "slurm-wlm-rsmi-plugin"],
+                   "repository": ["slurm-smd-slurmd"]}  # fmt: skip
+    assert render({**names, "__slurm_node_amd": False}) == names["__slurm_node_packages"]
 
 
 def test_health_counts_an_amd_nodes_gpus_and_never_asks_nvidia_smi():
