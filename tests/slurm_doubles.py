@@ -234,6 +234,21 @@ class Drains:
         return "\n".join(lines) + "\n"
 
 
+def local_inventory(nodes: dict, controllers: dict, **variables: object) -> dict:
+    """An inventory of local hosts (kiln's python): `nodes` in kiln_compute, `controllers` in
+    kiln_controllers, `variables` for all of them."""
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    return {
+        "all": {
+            "vars": {**local, **variables},
+            "children": {
+                "kiln_controllers": {"hosts": controllers},
+                "kiln_compute": {"hosts": dict.fromkeys(nodes)},
+            },
+        }
+    }
+
+
 def role_playbook(
     tmp_path: Path, inventory: dict, play: object, *, state: Path, bin_dir: Path, run_id: str
 ) -> tuple[list[str], dict]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kiln.parsers.drain_reason import may_lift
-from slurm_doubles import calls, install_doubles, node, role_playbook
+from slurm_doubles import calls, install_doubles, local_inventory, node, role_playbook
 
 pytestmark = pytest.mark.local
 
@@ -50,16 +50,7 @@ def test_an_upgraded_node_is_quarantined_until_burn_in_and_an_operators_drain_ke
         pytest.skip("ansible-playbook is not installed beside python")
     state, bin_dir = tmp_path / "slurm", tmp_path / "bin"
     install_doubles(state, bin_dir, NODES)
-    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    inventory = {
-        "all": {
-            "vars": local,
-            "children": {
-                "kiln_controllers": {"hosts": {"ctl": None}},
-                "kiln_compute": {"hosts": dict.fromkeys(NODES)},
-            },
-        }
-    }
+    inventory = local_inventory(NODES, {"ctl": None})
     argv, env = role_playbook(
         tmp_path, inventory, PLAY, state=state, bin_dir=bin_dir, run_id=RUN_ID
     )

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_doubles import calls, install_doubles, node, role_playbook
+from slurm_doubles import calls, install_doubles, local_inventory, node, role_playbook
 
 pytestmark = pytest.mark.local
 
@@ -73,16 +73,7 @@ def play(tmp_path: Path, controllers: dict) -> subprocess.CompletedProcess:
         pytest.skip("ansible-playbook is not installed beside python")
     state, bin_dir = tmp_path / "slurm", tmp_path / "bin"
     install_doubles(state, bin_dir, NODES)
-    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    inventory = {
-        "all": {
-            "vars": {**local, "kept_why": WHY},
-            "children": {
-                "kiln_controllers": {"hosts": controllers},
-                "kiln_compute": {"hosts": dict.fromkeys(NODES)},
-            },
-        }
-    }
+    inventory = local_inventory(NODES, controllers, kept_why=WHY)
     argv, env = role_playbook(
         tmp_path, inventory, PLAY, state=state, bin_dir=bin_dir, run_id=RUN_ID
     )
