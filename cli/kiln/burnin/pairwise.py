@@ -11,10 +11,12 @@ instead of max(3, log2 N) rounds of everyone): a node slow with two different pa
 its first partner cleared by a third node; nobody is drained for an uplink. A pair is slow
 below the same threshold judging applies afterwards (kiln.judging.rules_allreduce.
 pair_threshold, fixed on round one's results: the rails' floor, or the fleet's median less the
-profile's node_relative_pct), so the rounds ask about what the report will call slow. One rail
-per pair here: the all-reduce crosses all of a node's rails (per-rail faults are the
-InfiniBand rounds'). A pair whose job left no result counts as 0 GB/s: a pair that hangs is
-slow. Pure: results in, pairs out.
+profile's node_relative_pct), so the rounds ask about what the report will call slow. A fleet of
+3 to 5 nodes without rails has neither: round one's one or two pairs set no median, so it runs
+the fixed schedule's later rounds instead (pair_schedule: each node meets up to three partners,
+as before the Locator), and judging compares them all. One rail per pair here: the all-reduce
+crosses all of a node's rails (per-rail faults are the InfiniBand rounds'). A pair whose job
+left no result counts as 0 GB/s: a pair that hangs is slow. Pure: results in, pairs out.
 """
 
 from __future__ import annotations
@@ -25,31 +27,37 @@ from kiln.inventory import Cluster
 from kiln.judging.locate import Fabric, Locator
 from kiln.judging.pairs import pair_schedule
 from kiln.judging.rules_allreduce import pair_threshold
+from kiln.judging.thresholds import FLEET
 
 Pair = tuple[str, str]
 
 
 class PairwisePass:
     def __init__(self, cluster: Cluster, members: Sequence[str], floors: Callable) -> None:
-        self.cluster, self.members, self.floors = cluster, list(members), floors
+        self.cluster, self.members, self.floors = cluster, sorted(members), floors
         leaves = {m: cluster.node(m).leaf_switch for m in members}
         self.fabric = Fabric(groups=leaves, rails=1)
         self.locator: Locator | None = None
+        self.schedule: list[list[Pair]] | None = None  # a small fleet's fixed later rounds
         self.threshold: float | None = None
+        self.rounds = 0
 
     def first(self) -> list[Pair]:
-        schedule = pair_schedule(sorted(self.members), rounds=1)
+        schedule = pair_schedule(self.members, rounds=1)
         return schedule[0] if schedule else []
 
     def record(self, busbw: Mapping[Pair, float]) -> None:
-        if self.locator is None:  # round one sets the threshold every round is read against
-            self.threshold = pair_threshold(self.cluster, busbw, self.floors)[0]
-            self.locator = Locator(self.fabric, self.threshold)
-        self.locator.record({pair: {0: value} for pair, value in busbw.items()})
+        self.rounds += 1
+        if self.locator is None and self.schedule is None:  # round one: how to read the rest
+            self.threshold, rule, _why = pair_threshold(self.cluster, busbw, self.floors)
+            if rule == FLEET and len(busbw) < 3:  # no floor, no median: compare them all later
+                self.schedule = pair_schedule(self.members)[1:]
+            else:
+                self.locator = Locator(self.fabric, self.threshold)
+        if self.locator is not None:
+            self.locator.record({pair: {0: value} for pair, value in busbw.items()})
 
     def next(self) -> list[Pair]:
+        if self.schedule is not None:
+            return self.schedule.pop(0) if self.schedule else []
         return self.locator.next_round() if self.locator is not None else []
-
-    @property
-    def rounds(self) -> int:
-        return self.locator.rounds if self.locator is not None else 0
