@@ -39,13 +39,13 @@ nodes first and renders the report after; the campaign in between:
 from __future__ import annotations
 
 import functools
-import json
 import math
 import time
 from collections.abc import Callable
 
 from kiln.burnin import ib as IB
 from kiln.burnin import jobs as J
+from kiln.burnin import pairwise as P
 from kiln.burnin.collect import collect, read_hcas
 from kiln.burnin.dcgm import dcgm_phase
 from kiln.burnin.judge import judge_run
@@ -61,7 +61,7 @@ from kiln.inventory import Cluster
 from kiln.judging import BurninReport
 from kiln.judging.ib import IbPair
 from kiln.judging.model import NOT_TESTED_BUSY
-from kiln.judging.results import AllreduceResult, ResultError, allreduce_from_doc
+from kiln.judging.results import AllreduceResult
 from kiln.judging.thresholds import FABRIC_BYTES, fabric_floor, floors_for
 from kiln.parsers import ParseError
 from kiln.profiles import get_profile
@@ -324,8 +324,9 @@ class _Campaign:
         hca_nodes = [self.nodes[n] for n in self.ib_nodes]
         return read_hcas(hca_nodes, self.layout, phase, self.progress)
 
-    def _collect(self) -> None:
-        nodes = list(self.nodes.values())
+    def _collect(self, names: list[str] | None = None) -> None:
+        """Results home from `names` (the nodes a round's jobs wrote on), else every node."""
+        nodes = [self.nodes[n] for n in dict.fromkeys(names or self.nodes)]
         collect(nodes, self.options.paths, self.out.run_id, self.layout, self.progress)
 
     def _wait(self, specs: list[J.JobSpec], what: str, minutes: int = 0) -> dict[str, str]:
@@ -359,7 +360,7 @@ class _Campaign:
                 specs += round_
                 self._manifest(specs)
                 self._wait(round_, f"pairwise pass, round {k + 1} ({len(pairs)} pairs)")
-                self._collect()
+                self._collect([n for spec in round_ for n in spec.nodes])
                 found = {spec.nodes: self._result(spec.name) for spec in round_}
                 pass_.record({p: r.busbw_at(FABRIC_BYTES)[1] if r and r.correct and not r.wrong
                               else 0.0 for p, r in found.items()})  # fmt: skip
@@ -368,27 +369,11 @@ class _Campaign:
         return self.out.pair_rounds
 
     def _result(self, name: str) -> AllreduceResult | None:
-        """An all-reduce job's result in the record, None when it left none (or none readable)."""
-        try:
-            doc = json.loads(self.layout.allreduce(name).read_text(encoding="utf-8"))
-            return allreduce_from_doc(name, doc)
-        except (OSError, ValueError, ResultError):
-            return None
+        return P.result_of(self.layout.allreduce(name))
 
     def _fabric_slow(self, name: str, members: list[str]) -> bool:
-        """Whether the pairwise pass runs: the ring missed its rails' floor (or was wrong), or
-        there is no floor (a node declares no rails: the pairs are the fleet-relative rule)."""
-        result = self._result(name)
-        if result is None:
-            return True  # no result: the pairs tell which nodes or links hang
-        floor = fabric_floor(self.cluster, members)
-        busbw = result.busbw_at(FABRIC_BYTES)[1]
-        below = floor.gbs is not None and busbw < floor.gbs
-        slow = not result.correct or result.wrong > 0 or floor.gbs is None or below
-        if slow:
-            why = "below its floor" if below else "no floor: the pairs compare it with the fleet"
-            self.progress(f"{name}: {busbw:g} GB/s, {why}")
-        return slow
+        return P.ring_slow(self._result(name), fabric_floor(self.cluster, members), name,
+                           self.progress)  # fmt: skip
 
     def _apply_states(self) -> None:
         if self.options.drain:  # else judge only: every window put its drains back already

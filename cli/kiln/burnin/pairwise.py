@@ -21,15 +21,41 @@ left no result counts as 0 GB/s: a pair that hangs is slow. Pure: results in, pa
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 from kiln.inventory import Cluster
 from kiln.judging.locate import Fabric, Locator
 from kiln.judging.pairs import pair_schedule
+from kiln.judging.results import AllreduceResult, ResultError, allreduce_from_doc
 from kiln.judging.rules_allreduce import pair_threshold
-from kiln.judging.thresholds import FLEET
+from kiln.judging.thresholds import FABRIC_BYTES, FLEET, ScopeFloor
 
 Pair = tuple[str, str]
+
+
+def result_of(path: Path) -> AllreduceResult | None:
+    """An all-reduce job's result in the record, None when it left none (or none readable)."""
+    try:
+        return allreduce_from_doc(path.stem, json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, ResultError):
+        return None
+
+
+def ring_slow(result: AllreduceResult | None, floor: ScopeFloor, name: str, say) -> bool:
+    """Whether the pairwise pass runs after the fabric ring `name`: it missed its rails' floor
+    (or was wrong, or left no result: the pairs tell which nodes or links hang), or there is
+    no floor (a node declares no rails: the pairs are the fleet-relative rule)."""
+    if result is None:
+        return True
+    busbw = result.busbw_at(FABRIC_BYTES)[1]
+    below = floor.gbs is not None and busbw < floor.gbs
+    slow = not result.correct or result.wrong > 0 or floor.gbs is None or below
+    if slow:
+        why = "below its floor" if below else "no floor: the pairs compare it with the fleet"
+        say(f"{name}: {busbw:g} GB/s, {why}")
+    return slow
 
 
 class PairwisePass:
