@@ -76,7 +76,7 @@ def write_inventory(root: Path, rocm: str | None = "6.2.4", amd_os: str = "ubunt
 def test_the_amd_profiles_carry_their_rocm_floor_and_no_nvidia_stack():
     mi300x, mi325x = get_profile("mi300x"), get_profile("mi325x")
     assert (mi300x.vendor, mi300x.architecture, mi300x.min_driver_branch) == ("amd", "cdna3", None)
-    assert (mi300x.min_rocm, mi325x.min_rocm) == ("6.0.0", "6.3.0")
+    assert (mi300x.min_rocm, mi325x.min_rocm) == ("6.0.0", "6.4.0")
     assert mi300x.burnin_floors.allreduce_busbw_gbs == 304
     assert not mi300x.fabric_manager_required and not mi300x.nvlink
     assert get_profile("h100-sxm").vendor == "nvidia"
