@@ -16,7 +16,8 @@ profile's node_relative_pct), so the rounds ask about what the report will call 
 the fixed schedule's later rounds instead (pair_schedule: each node meets up to three partners,
 as before the Locator), and judging compares them all. One rail per pair here: the all-reduce
 crosses all of a node's rails (per-rail faults are the InfiniBand rounds'). A pair whose job
-left no result counts as 0 GB/s: a pair that hangs is slow. Pure: results in, pairs out.
+left no result counts as 0 GB/s: a pair that hangs is slow. Pure but for `result_of`, which
+reads one result file of the run record.
 """
 
 from __future__ import annotations

@@ -18,9 +18,7 @@ from typing import Any
 from kiln.gpu.platform import PlatformError, facts_platform
 from kiln.profiles import load_compat, parse_version
 
-# rocm-core names the release itself (its version starts with it); the driver's module package
-CORE = "rocm-core"
-DRIVER = "amdgpu-dkms"
+CORE = "rocm-core"  # names the release itself: its version starts with it
 
 
 def packed_build(release: str) -> str:
