@@ -654,8 +654,8 @@ def test_the_pairwise_pass_asks_the_locators_rounds_and_drains_only_the_slow_nod
     """Six CPU nodes on one leaf, kiln-node04 slow with everyone: the ring has no floor, so the
     pairwise pass runs. Round one pairs everyone once (node04 slow with node03); round two puts
     each suspect with a node of no slow pair on its leaf (node03 fine, node04 slow again); no
-    third round (nothing across leaves). Two rounds of 3 and 2 jobs, instead of the 5 rounds of
-    15 jobs pair_schedule gives six nodes; only node04 drained, named by its pairs."""
+    third round (nothing across leaves). Two rounds of 3 and 2 jobs, instead of the 3 rounds of
+    9 jobs pair_schedule gives six nodes; only node04 drained, named by its pairs."""
     import json
     import re
     import shutil
