@@ -14,7 +14,6 @@ from kiln.gpu.platform import PlatformError
 from kiln.gpu.rocm import (
     action,
     installed_problems,
-    installed_release,
     packed_build,
     release_packages,
     rocm_release,
@@ -169,7 +168,7 @@ def test_installed_packages_are_checked_against_the_declared_release():
                    ("rocm-core", "6.2.4.60204-139~22.04"),
                    ("rocm-smi-lib", "7.3.0.60204-139~22.04"))  # fmt: skip
     assert installed_problems(good, release, names) == []
-    assert installed_release(good) == "6.2.4"
+    assert action(good, "6.2.4")["installed"] == "6.2.4"
     older = good.replace("7.3.0.60204", "7.0.0.60100")
     assert installed_problems(older, release, names) == [
         "rocm-smi-lib 7.0.0.60100-139~22.04 is not of ROCm 6.2.4 (build 60204)"
@@ -178,7 +177,7 @@ def test_installed_packages_are_checked_against_the_declared_release():
     assert installed_problems(missing, release, names) == [
         "amdgpu-dkms is not installed", "rocm-smi-lib is not installed"
     ]  # fmt: skip
-    assert installed_release("") is None
+    assert action("", "6.2.4")["installed"] is None
 
 
 def test_an_older_release_is_moved_whole_a_newer_one_refused():

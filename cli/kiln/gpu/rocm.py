@@ -1,14 +1,17 @@
 """The ROCm stack's decisions on an AMD Instinct node (the rocm role, through kiln_gpu_filters).
 
-    release = rocm_release(facts, "6.2.4")        # repository paths, suite, packed build
-    problems = installed_problems(listing, release)  # what dpkg holds against the declared release
+    release = rocm_release(facts, "6.2.4")     # repository paths, suite, packed build
+    plan = action(listing, "6.2.4")            # install, none, upgrade (an older one), refuse
+    problems = installed_problems(listing, release, names)  # what dpkg holds against it
+    held = release_packages(listing, "6.2.4")  # every installed package of the release
 
 AMD publishes each ROCm release as two apt repositories under one release number
 (repo.radeon.com/amdgpu/<release>/ubuntu for the amdgpu driver, repo.radeon.com/rocm/apt/<release>
 for ROCm), so configuring one release is the pin: nothing of another release is offered. Every
 package of a release carries its packed build in its version (6.2.4 -> 60204: rocm-core
 6.2.4.60204-139~22.04, amdgpu-dkms 1:6.8.5.60204-2111901.22.04); that is how an installed
-package is known to be the declared release. Pure: text in, answers out.
+package is known to be the declared release. `listing` is a dpkg-query listing (`installed`
+reads it). Pure: text in, answers out.
 """
 
 from __future__ import annotations
@@ -60,11 +63,7 @@ def installed_problems(listing: str, release: dict, packages: list[str]) -> list
     """Why the installed packages are not ROCm `release` (a `dpkg-query -W -f
     '${Package}\\t${Version}\\t${db:Status-Status}\\n'` listing); [] when every one of
     `packages` is installed at a version of that release's build."""
-    versions = {}
-    for line in listing.splitlines():
-        fields = line.split("\t")
-        if len(fields) == 3 and fields[2] == "installed":
-            versions[fields[0]] = fields[1]
+    versions = installed(listing)
     build = f".{release['build']}-"
     problems = []
     for name in packages:
@@ -85,34 +84,42 @@ def action(listing: str, release: str) -> dict:
     """What the role does for ROCm `release` given what dpkg holds: install (no ROCm), none
     (this release), upgrade (an older one: its packages, by build, are moved to this release's),
     or refuse (a newer one: apt does not take a whole release back, and kiln does not try)."""
-    installed = installed_release(listing)
-    if installed is None:
+    versions = installed(listing)
+    now = _release_of(versions)
+    if now is None:
         return {"action": "install", "installed": None, "packages": []}
-    if installed == release:
-        return {"action": "none", "installed": installed, "packages": []}
-    packages = release_packages(listing, installed)
-    if parse_version(installed) > parse_version(release):
-        return {"action": "refuse", "installed": installed, "packages": packages,
-                "why": f"ROCm {installed} is installed, newer than the declared {release}: kiln "
+    if now == release:
+        return {"action": "none", "installed": now, "packages": []}
+    packages = _of_build(versions, now)
+    if parse_version(now) > parse_version(release):
+        return {"action": "refuse", "installed": now, "packages": packages,
+                "why": f"ROCm {now} is installed, newer than the declared {release}: kiln "
                        "moves a node to a newer ROCm release only"}  # fmt: skip
-    return {"action": "upgrade", "installed": installed, "packages": packages}
+    return {"action": "upgrade", "installed": now, "packages": packages}
 
 
 def release_packages(listing: str, release: str) -> list[str]:
     """Every installed package of ROCm `release` (its packed build in the version): the named
     ones and the dependencies apt pulled in with them, all of which the role holds."""
-    build = f".{packed_build(release)}-"
-    return [
-        fields[0]
-        for fields in (line.split("\t") for line in listing.splitlines())
-        if len(fields) == 3 and fields[2] == "installed" and build in fields[1]
-    ]
+    return _of_build(installed(listing), release)
 
 
-def installed_release(listing: str) -> str | None:
-    """The ROCm release rocm-core says is installed (6.2.4 from 6.2.4.60204-139~22.04), or None."""
+def installed(listing: str) -> dict[str, str]:
+    """Package -> version of the installed packages in a dpkg-query listing (see above)."""
+    found = {}
     for line in listing.splitlines():
         fields = line.split("\t")
-        if len(fields) == 3 and fields[0] == CORE and fields[2] == "installed":
-            return ".".join(fields[1].split(".")[:3])
-    return None
+        if len(fields) == 3 and fields[2] == "installed":
+            found[fields[0]] = fields[1]
+    return found
+
+
+def _release_of(versions: dict[str, str]) -> str | None:
+    """The ROCm release rocm-core says is installed (6.2.4 from 6.2.4.60204-139~22.04)."""
+    core = versions.get(CORE)
+    return ".".join(core.split(".")[:3]) if core is not None else None
+
+
+def _of_build(versions: dict[str, str], release: str) -> list[str]:
+    build = f".{packed_build(release)}-"
+    return [name for name, version in versions.items() if build in version]
