@@ -14,9 +14,8 @@ The provisioning is the sum of its stages, unless the mirror is slower: N x the 
 downloads / the mirror's bandwidth, when both are given. Burn-in: the per-node jobs and the
 fabric all-reduce run on every node at once (their measured seconds), then the pairwise pass
 takes at most the Locator's three rounds (kiln.judging.locate.MAX_ROUNDS; one for a fleet of
-two) of the measured round time, whatever N. The slowest
-of controller CPU, rolling batches, mirror bandwidth and burn-in length is named the
-bottleneck.
+two) of the measured round time, whatever N. The slowest of controller CPU, rolling batches,
+mirror bandwidth and burn-in length is named the bottleneck.
 
 What it leaves out, and says: the measured batch time includes the measuring controller's own
 contention (a larger controller is faster than projected); Slurm's job start rate past the

@@ -149,16 +149,10 @@ class CompatTable(Model):
             return {k: {**v, "name": k} if isinstance(v, dict) else v for k, v in value.items()}
         return value
 
-    @field_validator("nccl", mode="before")
+    @field_validator("nccl", "rocm", mode="before")
     @classmethod
-    def _nccl_keys(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return {dotted(k): v for k, v in value.items()}
-        return value
-
-    @field_validator("rocm", mode="before")
-    @classmethod
-    def _rocm_keys(cls, value: Any) -> Any:
+    def _dotted_keys(cls, value: Any) -> Any:
+        """Releases keyed by version, written in YAML as numbers or strings: their dotted text."""
         if isinstance(value, dict):
             return {dotted(k): v for k, v in value.items()}
         return value
