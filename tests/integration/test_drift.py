@@ -159,8 +159,10 @@ def test_a_slurm_removed_by_hand_is_drift_and_the_next_provision_reinstalls_it(
     assert running(live(inventory, state)) == set()
 
     # By hand, as an operator might: release kiln's hold and remove the node daemon.
-    on(NODE1, "apt-mark", "unhold", "slurmd")
-    on(NODE1, "sh", "-c", "DEBIAN_FRONTEND=noninteractive apt-get remove -y slurmd")
+    # the node image's apt-daily timers may hold dpkg's lock: wait for it, as kiln's apt does
+    on(NODE1, "apt-mark", "-o", "DPkg::Lock::Timeout=300", "unhold", "slurmd")
+    wait = "-o DPkg::Lock::Timeout=300"
+    on(NODE1, "sh", "-c", f"DEBIAN_FRONTEND=noninteractive apt-get {wait} remove -y slurmd")
     drift = live(inventory, state)
     assert running(drift) == {(NODE1, "slurm", "drifted")}, running(drift)
     details = drift["stages"]["slurm"][NODE1]["details"]

@@ -34,6 +34,9 @@ NODES = [config.node_name(1), config.node_name(2)]
 MARKER = "/var/lib/kiln/slurm-joined"
 
 
+APT_LOCK_WAIT = "-o DPkg::Lock::Timeout=300"  # seconds apt waits for dpkg's lock
+
+
 def on(container: str, *argv: str) -> str:
     return subprocess.run(
         ["docker", "exec", container, *argv], capture_output=True, text=True, check=True
@@ -210,8 +213,9 @@ def test_a_new_node_is_never_schedulable_before_its_burn_in_passes(provisioned_s
         on(new, "systemctl", "disable", "--now", "slurmd")
         # kiln holds its Slurm packages at the declared version: a machine that never had
         # them has no hold either.
-        on(new, "sh", "-c", "apt-mark unhold slurmd >/dev/null && "
-           "DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq slurmd")  # fmt: skip
+        # the node image's apt-daily timers may hold dpkg's lock: wait for it, as kiln's apt does
+        on(new, "sh", "-c", f"apt-mark {APT_LOCK_WAIT} unhold slurmd >/dev/null && "
+           f"DEBIAN_FRONTEND=noninteractive apt-get {APT_LOCK_WAIT} remove -y -qq slurmd")  # fmt: skip
         on(new, "rm", "-rf", MARKER, "/var/lib/kiln/slurm-restart-pending",
            "/var/lib/kiln/slurm-reconfigure-pending", "/var/spool/slurmd")  # fmt: skip
         _hosts_without(inventory / "hosts.yml", new)
