@@ -214,8 +214,8 @@ def test_a_new_node_is_never_schedulable_before_its_burn_in_passes(provisioned_s
         # kiln holds its Slurm packages at the declared version: a machine that never had
         # them has no hold either.
         # the node image's apt-daily timers may hold dpkg's lock: wait for it, as kiln's apt does
-        on(new, "sh", "-c", f"apt-mark {APT_LOCK_WAIT} unhold slurmd >/dev/null && "
-           f"DEBIAN_FRONTEND=noninteractive apt-get {APT_LOCK_WAIT} remove -y -qq slurmd")  # fmt: skip
+        remove = f"DEBIAN_FRONTEND=noninteractive apt-get {APT_LOCK_WAIT} remove -y -qq slurmd"
+        on(new, "sh", "-c", f"apt-mark {APT_LOCK_WAIT} unhold slurmd >/dev/null && {remove}")
         on(new, "rm", "-rf", MARKER, "/var/lib/kiln/slurm-restart-pending",
            "/var/lib/kiln/slurm-reconfigure-pending", "/var/spool/slurmd")  # fmt: skip
         _hosts_without(inventory / "hosts.yml", new)
