@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
+from receptorctl.socket_interface import ReceptorControl
 
 pytestmark = pytest.mark.integration
 
@@ -152,35 +154,66 @@ def _kill_first_worker_job(container: str, killed: list[str], stop: threading.Ev
         )  # fmt: skip
         if found.returncode == 0:
             time.sleep(1)  # under way
+            tree = subprocess.run(
+                ["docker", "exec", container, "ps", "-eo", "args"],
+                capture_output=True, text=True, check=False,
+            ).stdout  # fmt: skip
             subprocess.run(
                 ["docker", "exec", container, "pkill", "-KILL", "-f", "/tmp/kiln-worker/"],
                 check=False,
             )
-            killed.append(found.stdout.split()[0])
+            killed += [found.stdout.split()[0], tree]
             return
         time.sleep(0.3)
 
 
-@pytest.mark.skipif(os.environ.get("KILN_TEST_WORKER") == "0", reason="KILN_TEST_WORKER=0")
-def test_a_worker_lost_mid_shard_hands_its_shard_to_the_other(sandbox, unsharded, tmp_path):
-    """Workers kiln-ctl and the last compute node; kiln-ctl's first job is killed while it
-    runs: kiln stops what is left of it over ssh, runs the shard on the node, and every later
-    shard there too; the run ends as a clean one does."""
+@pytest.fixture(scope="module")
+def worker_runner(sandbox, tmp_path_factory) -> str:
+    """kiln-ctl and the last compute node made worker controllers; their ansible-runner."""
+    if os.environ.get("KILN_TEST_WORKER") == "0":
+        pytest.skip("KILN_TEST_WORKER=0")
+    tmp = tmp_path_factory.mktemp("workers")
+    runner = _install_worker(sandbox, tmp / "wheels")
+    _install_worker(sandbox, tmp / "wheels-b", container=sandbox.nodes[-1].name)
+    return runner
+
+
+def _workers(sandbox) -> str:
     other = sandbox.nodes[-1].name  # a compute node, as a second worker
-    runner = _install_worker(sandbox, tmp_path / "wheels")
-    _install_worker(sandbox, tmp_path / "wheels-b", container=other)
-    rollout = {"shard_by": "count", "shard_size": 100, "worker_runner": runner}
-    extra = f"    kiln_workers:\n      hosts:\n        kiln-ctl:\n        {other}:\n"
-    inventory = copy_inventory(sandbox, tmp_path, rollout, extra_hosts=extra)
+    return f"    kiln_workers:\n      hosts:\n        kiln-ctl:\n        {other}:\n"
+
+
+def provision_killing_first_job(inventory: Path, state: Path) -> tuple[int, dict, str, list]:
+    """`provision` while kiln-ctl's first worker job is killed mid-shard (its processes as
+    `ps` listed them when it was, in the last element)."""
     killed: list[str] = []
     stop = threading.Event()
     killer = threading.Thread(target=_kill_first_worker_job, args=("kiln-ctl", killed, stop))
     killer.start()
     try:
-        code, summary, stderr = provision(inventory, tmp_path / "state")
+        code, summary, stderr = provision(inventory, state)
     finally:
         stop.set()
         killer.join()
+    return code, summary, stderr, killed
+
+
+def test_a_worker_lost_mid_shard_hands_its_shard_to_the_other(
+    sandbox, unsharded, worker_runner, tmp_path
+):
+    """Workers kiln-ctl and the last compute node; kiln-ctl's first job is killed while it
+    runs: kiln stops what is left of it over ssh, runs the shard on the node, and every later
+    shard there too; the run ends as a clean one does."""
+    rollout = {"shard_by": "count", "shard_size": 100, "worker_runner": worker_runner}
+    inventory = copy_inventory(sandbox, tmp_path, rollout, extra_hosts=_workers(sandbox))
+    code, summary, stderr, killed = provision_killing_first_job(inventory, tmp_path / "state")
+    assert_handed_over(sandbox, unsharded, code, summary, stderr, killed)
+
+
+def assert_handed_over(sandbox, unsharded, code, summary, stderr, killed) -> None:
+    """kiln-ctl's job was killed, its shard and every later one ran on the other worker, and
+    the run ended as an unsharded one did."""
+    other = sandbox.nodes[-1].name
     assert killed, "kiln-ctl never ran a worker job"
     assert code == 0, stderr[-3000:] + json.dumps(summary.get("stopped"))
     compute = [s for e in summary["stages"] for s in e["shards"] if s["name"] != "controllers"]
@@ -198,3 +231,57 @@ def test_a_worker_lost_mid_shard_hands_its_shard_to_the_other(sandbox, unsharded
     assert [(e["worker"], e["job"]) for e in lost] == [("kiln-ctl", "stopped")]
     artifact = Path(summary["stages"][-1]["shards"][1]["artifact_dir"])
     assert (artifact / "rc").read_text().strip() == "0"  # artifacts came home
+
+
+HUB_CONTROL_PORT = 27199  # playbooks/roles/receptor_mesh: the hub's TLS control listener
+
+
+def _hub_address(sandbox) -> str:
+    hosts = yaml.safe_load((sandbox.inventory / "hosts.yml").read_text())
+    return hosts["all"]["children"]["kiln_controllers"]["hosts"]["kiln-ctl"]["ansible_host"]
+
+
+def _receptor_packaged(container: str) -> bool:
+    policy = subprocess.run(
+        ["docker", "exec", container, "apt-cache", "policy", "receptor"],
+        capture_output=True, text=True, check=False,
+    ).stdout  # fmt: skip
+    return "Candidate:" in policy and "Candidate: (none)" not in policy
+
+
+def test_through_a_receptor_mesh_a_lost_worker_hands_its_shard_to_the_other(
+    sandbox, unsharded, worker_runner, tmp_path
+):
+    """The same two workers reached through a Receptor mesh (playbooks/receptor.yml: the hub
+    on kiln-ctl, mutual TLS): the shards run as Receptor work units, kiln-ctl's first one is
+    killed mid-shard, kiln stops what is left of it through the mesh and runs the shard on the
+    node. Debian 13 packages Receptor; Debian 12 does not (skipped there)."""
+    if not _receptor_packaged("kiln-ctl"):
+        pytest.skip("this sandbox's OS has no receptor package (Debian 13 has)")
+    rollout = {"shard_by": "count", "shard_size": 100, "worker_runner": worker_runner}
+    inventory = copy_inventory(sandbox, tmp_path / "mesh", rollout, extra_hosts=_workers(sandbox))
+    client = tmp_path / "receptor"
+    env = {**os.environ, "ANSIBLE_ROLES_PATH": str(ROOT / "playbooks" / "roles")}
+    for _run in ("first", "again"):  # the second run changes nothing
+        mesh = subprocess.run(
+            [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
+             str(ROOT / "playbooks" / "receptor.yml"), "-e", f"receptor_mesh_client_dir={client}"],
+            capture_output=True, text=True, env=env, timeout=600, check=False,
+        )  # fmt: skip
+        assert mesh.returncode == 0, mesh.stdout[-3000:] + mesh.stderr[-2000:]
+    assert "changed=0" in mesh.stdout.split("PLAY RECAP")[-1], mesh.stdout[-2000:]
+    socket = f"tls://{_hub_address(sandbox)}:{HUB_CONTROL_PORT}"
+    credentials = {"ca": str(client / "ca.crt"), "cert": str(client / "kiln.crt"),
+                   "key": str(client / "kiln.key")}  # fmt: skip
+    status = ReceptorControl(socket, rootcas=credentials["ca"], cert=credentials["cert"],
+                             key=credentials["key"]).simple_command("status")  # fmt: skip
+    assert {"kiln-ctl", sandbox.nodes[-1].name} <= set(status["KnownConnectionCosts"])
+    with pytest.raises((OSError, ValueError)):  # no client certificate: refused
+        ReceptorControl(socket, rootcas=credentials["ca"]).simple_command("status")
+    rollout |= {"worker_transport": "receptor", "receptor": {"socket": socket, **credentials}}
+    inventory = copy_inventory(sandbox, tmp_path / "run", rollout, extra_hosts=_workers(sandbox))
+    code, summary, stderr, killed = provision_killing_first_job(inventory, tmp_path / "state")
+    assert_handed_over(sandbox, unsharded, code, summary, stderr, killed)
+    tree = killed[1]  # the killed job ran under Receptor's command runner, not ssh
+    assert "--command-runner command=/opt/kiln-worker/bin/python3" in tree, tree
+    assert "kiln.runner.worker_side receptor-run" in tree, tree

@@ -264,7 +264,7 @@ def test_with_every_worker_lost_the_shards_hosts_are_unreachable_saying_why(tmp_
     monkeypatch.setattr(workers, "worker_command", lambda node, runner, d: [node.name])
     monkeypatch.setattr(workers, "stop_command", lambda node, runner, d: ["true"])
     nodes = {name: SimpleNamespace(name=name) for name in ("w1", "w2", "w3")}
-    workers_pool = pool.WorkerPool(nodes, "ansible-runner", "r1")
+    workers_pool = pool.WorkerPool(nodes, workers.SshTransport("ansible-runner"), "r1")
     request = PlaybookRequest(
         playbook=tmp_path / "p.yml", inventory=tmp_path / "i", private_data_dir=tmp_path,
         ident="r1", fact_cache=tmp_path / "fc",

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kiln.inventory.batches import BATCH_SIZE
 from kiln.inventory.containers_spec import CONTAINERS_KEY, REGISTRY_PASSWORD_KEY, ContainersSpec
@@ -19,6 +19,7 @@ from kiln.inventory.health_spec import HealthSpec
 from kiln.inventory.ib_spec import IbSpec
 from kiln.inventory.mirror_spec import MIRROR_KEY, MirrorSpec, image_references
 from kiln.inventory.monitoring_spec import MONITORING_KEY, MonitoringSpec
+from kiln.inventory.receptor_spec import ReceptorSpec
 from kiln.inventory.slurm_spec import SlurmSpec
 
 # Values that reach a shell command or a config file line: no spaces, quotes or
@@ -152,9 +153,23 @@ class RolloutSpec(StrictModel):
     worker_runner: str = Field(
         "ansible-runner", description="the ansible-runner command on kiln_workers hosts"
     )
+    worker_transport: Literal["ssh", "receptor"] = Field(
+        "ssh",
+        description="how kiln reaches kiln_workers hosts: ssh to each, or work units through "
+        "a Receptor mesh (kiln_rollout.receptor; docs/scale.md)",
+    )
+    receptor: ReceptorSpec | None = Field(
+        None, description="the Receptor mesh's control service (worker_transport: receptor)"
+    )
     # Memory per running shard grows with its forks (docs/scale.md: about 85 MiB + 12-14 MiB a
     # busy fork on 512-host shards): fewer forks let more shards run within the same memory.
     forks: int = Field(25, ge=1, le=500, description="Ansible forks per shard process")
+
+    @model_validator(mode="after")
+    def _transport(self) -> RolloutSpec:
+        if self.worker_transport == "receptor" and self.receptor is None:
+            raise ValueError("worker_transport receptor needs kiln_rollout.receptor (its socket)")
+        return self
 
     @field_validator("batch_size")
     @classmethod

@@ -88,6 +88,8 @@ def _rollout(cluster: Cluster, options: PlanOptions) -> Rollout:
         max_parallel_shards=spec.max_parallel_shards if parallel is None else parallel,
         controller_memory_gib=spec.controller_memory_gib,
         worker_runner=spec.worker_runner,
+        worker_transport=spec.worker_transport,
+        receptor=spec.receptor,
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from kiln.inventory import Cluster, Node
 from kiln.inventory.batches import disruption_budget
 from kiln.inventory.export import render_inventory
+from kiln.inventory.receptor_spec import ReceptorSpec
 from kiln.plan.files import GeneratedFile
 from kiln.plan.rolling import Rolling, stage_rolling
 from kiln.plan.shards import Shard, narrowed
@@ -57,6 +58,8 @@ class Rollout:
     max_parallel_shards: int  # 0: as many as fit controller_memory_gib
     controller_memory_gib: float
     worker_runner: str
+    worker_transport: str = "ssh"  # or "receptor" (kiln.runner.workers.transport)
+    receptor: ReceptorSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from kiln.plan.model import RUN_INVENTORY
 from kiln.plan.shards import Shard
 from kiln.plan.stages import Stage
 from kiln.records.runs import RunRecord, ensure_writable, new_run_id, now, runs_home, unwritable
-from kiln.runner import engine, merge
+from kiln.runner import engine, merge, workers
 from kiln.runner.engine import PlaybookRequest
 from kiln.runner.events import CappedLog, EventRecorder, ProgressAggregator, StageProgress
 from kiln.runner.hold import Hold, StopCheck
@@ -205,7 +205,7 @@ class _Run:
         self.exports: dict[str, Path] = {}
         self.facts: dict[str, Any] = {}
         self.lock = threading.Lock()
-        self.pool = WorkerPool(plan.workers, self.rollout.worker_runner, record.run_id, None)
+        self.pool = WorkerPool(plan.workers, workers.transport(self.rollout), record.run_id)
 
     def stages(self) -> None:
         bad: set[str] = set()

@@ -1,6 +1,6 @@
 """The run's worker controllers: a shard run on one, and run again on another when it is lost.
 
-    pool = WorkerPool(plan.workers, runner, run_id, log)
+    pool = WorkerPool(plan.workers, workers.transport(rollout), run_id, log)
     ran = pool.run(shard, stage, request, new_recorder)   # Ran: result, recorder, worker, lost
 
 A worker is lost when its stream ends before the play's recap and the command that reached it
@@ -50,9 +50,14 @@ class Ran:
 
 class WorkerPool:
     def __init__(
-        self, nodes: Mapping[str, Node], runner: str, run_id: str, log: CappedLog | None = None
+        self,
+        nodes: Mapping[str, Node],
+        transport: workers.Transport,
+        run_id: str,
+        log: CappedLog | None = None,
     ) -> None:
-        self.nodes, self.runner, self.run_id, self.log = nodes, runner, run_id, log
+        self.nodes, self.transport, self.run_id, self.log = nodes, transport, run_id, log
+        self.runner = transport.runner
         self.lost: dict[str, str] = {}  # worker -> why, for the rest of the run
         self.lock = threading.Lock()
 
@@ -85,7 +90,7 @@ class WorkerPool:
                 request,
                 recorder,
                 list(shard.hosts),
-                workers.worker_command(self.nodes[worker], self.runner, directory),
+                self.transport.worker_command(self.nodes[worker], directory),
                 directory,
                 heartbeat_s=workers.HEARTBEAT_S,
             )
@@ -113,7 +118,7 @@ class WorkerPool:
             why += f": {stderr}"
         with self.lock:
             self.lost.setdefault(worker, why)
-        command = workers.stop_command(self.nodes[worker], self.runner, directory)
+        command = self.transport.stop_command(self.nodes[worker], directory)
         try:
             stopped = (
                 subprocess.run(  # noqa: S603 - an argv list built by kiln.runner.workers

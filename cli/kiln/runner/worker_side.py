@@ -15,6 +15,19 @@ nothing else is installed for it there.
                                status.
     stop DIR                   kill every process naming DIR (kiln fencing a worker it lost).
 
+Through a Receptor mesh (kiln.runner.receptor) a work unit's stdin is its payload alone, so the
+lease is kept in a file instead; Receptor runs this module (`python3 -m kiln.runner.worker_side`,
+the worker's kiln) with these arguments:
+
+    receptor-run LEASE DIR -- ARGV   the job is the whole of stdin; ARGV must be an
+                               `ansible-runner worker` command. The lease is DIR.beat's age:
+                               each `beat` renews it, and a job whose lease is older than
+                               LEASE seconds is killed as above. ARGV's stderr goes to
+                               DIR.stderr (Receptor mixes a unit's stderr into its stdout, which
+                               must carry ansible-runner's stream alone). SIGTERM or SIGINT
+                               (Receptor cancelling the unit) kills the job too.
+    beat DIR                   renew DIR's lease; exits GONE (3) when no job holds it
+
 Why: a worker whose stream kiln lost may still be running the shard (the network between them
 broke, not the worker). kiln runs that shard again elsewhere only after the worker's job is
 gone: stopped by `stop` when kiln can still reach the worker, else dead by its own lease,
@@ -43,10 +56,13 @@ def naming(directory):
             continue
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if needle in f.read():
-                    found.append(int(entry))
+                cmdline = f.read()
         except OSError:
             continue  # gone meanwhile, or not ours to read
+        # Receptor's command runner of the job's unit is spared: it reports the job's end,
+        # which ends the unit (killed, the unit would run on in Receptor's books).
+        if needle in cmdline and b"--command-runner" not in cmdline:
+            found.append(int(entry))
     return found
 
 
@@ -105,13 +121,89 @@ def run(lease, directory, argv):
     return proc.wait()
 
 
+def beat_file(directory):
+    return directory.rstrip("/") + ".beat"
+
+
+GONE = 3  # `beat`'s exit status when the job it would renew no longer runs
+
+
+def beat(directory):
+    """Renew the lease of the job in `directory`: 0, or GONE when no job holds it (it ended,
+    or was killed with Receptor's command runner, whose unit then never ends by itself)."""
+    path = beat_file(directory)
+    try:
+        with open(path) as lease:
+            pid = int(lease.read().strip())
+        with open(f"/proc/{pid}/cmdline", "rb") as proc:
+            cmdline = proc.read()
+    except (OSError, ValueError):
+        return GONE
+    if directory.encode() not in cmdline:
+        return GONE
+    os.utime(path)
+    return 0
+
+
+def is_runner_worker(argv):
+    return len(argv) > 1 and os.path.basename(argv[0]) == "ansible-runner" and argv[1] == "worker"
+
+
+def run_leased_by_file(lease, directory, argv):
+    """`receptor-run`: the job from the whole of stdin, the lease from DIR.beat's age."""
+    if not is_runner_worker(argv):
+        sys.stderr.write("kiln worker: only `ansible-runner worker` runs here\n")
+        return 2
+    job = sys.stdin.buffer.read()
+    lease_path = beat_file(directory)
+    parent = os.path.dirname(lease_path)
+    os.makedirs(parent, exist_ok=True)
+    with open(lease_path, "w") as holder:
+        holder.write(str(os.getpid()))  # the lease starts now, held by this process
+    with open(directory.rstrip("/") + ".stderr", "ab") as stderr:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=stderr, start_new_session=True)
+
+    def cancelled(signum, frame):
+        kill_job(directory, proc.pid)
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, cancelled)
+    signal.signal(signal.SIGINT, cancelled)
+    proc.stdin.write(job)
+    proc.stdin.close()
+    try:
+        while proc.poll() is None:
+            time.sleep(1.0)
+            try:
+                age = time.time() - os.stat(lease_path).st_mtime
+            except FileNotFoundError:
+                age = lease + 1  # removed from outside: no lease left
+            if age > lease:
+                with open(directory.rstrip("/") + ".stderr", "ab") as err:
+                    err.write(b"kiln worker: no heartbeat for %ds, job killed\n" % int(lease))
+                kill_job(directory, proc.pid)
+                break
+        code = proc.wait()
+        if code == 0:  # kept for a failed job's post-mortem only
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(directory.rstrip("/") + ".stderr")
+        return code
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lease_path)
+
+
 def main(args):
     if args[:1] == ["stop"] and len(args) == 2:
         kill_job(args[1])
         return 0
+    if args[:1] == ["beat"] and len(args) == 2:
+        return beat(args[1])
     if args[:1] == ["run"] and len(args) > 4 and args[3] == "--":
         return run(float(args[1]), args[2], args[4:])
-    sys.stderr.write("usage: run LEASE DIR -- ARGV... | stop DIR\n")
+    if args[:1] == ["receptor-run"] and len(args) > 4 and args[3] == "--":
+        return run_leased_by_file(float(args[1]), args[2], args[4:])
+    sys.stderr.write("usage: run|receptor-run LEASE DIR -- ARGV... | beat DIR | stop DIR\n")
     return 2
 
 

@@ -23,10 +23,13 @@ from __future__ import annotations
 import os
 import posixpath
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from kiln.inventory import Node
-from kiln.runner import worker_side
+from kiln.plan.model import Rollout
+from kiln.runner import receptor, worker_side
 from kiln.runner.engine import PlaybookResult
 
 WORKER_ROOT = "/tmp/kiln-worker"  # noqa: S108 - the worker's own scratch; --delete cleans it
@@ -101,6 +104,56 @@ def worker_command(node: Node, runner: str, directory: str) -> list[str]:
 
 def stop_command(node: Node, runner: str, directory: str) -> list[str]:
     return ssh_command(node, stop_argv(runner, directory))
+
+
+class Transport(Protocol):
+    """How a worker shard's job reaches its worker (kiln_rollout.worker_transport)."""
+
+    runner: str  # the worker's ansible-runner
+
+    def worker_command(self, node: Node, directory: str) -> list[str]: ...
+
+    def stop_command(self, node: Node, directory: str) -> list[str]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SshTransport:
+    runner: str
+
+    def worker_command(self, node: Node, directory: str) -> list[str]:
+        return worker_command(node, self.runner, directory)
+
+    def stop_command(self, node: Node, directory: str) -> list[str]:
+        return stop_command(node, self.runner, directory)
+
+
+@dataclass(frozen=True, slots=True)
+class ReceptorTransport:
+    """Work units through a Receptor mesh (kiln.runner.receptor); a worker's Receptor node ID is
+    its inventory name, or its `kiln_receptor_node`."""
+
+    runner: str
+    mesh: receptor.Mesh
+
+    @staticmethod
+    def node_id(node: Node) -> str:
+        return str(node.hostvars.get("kiln_receptor_node") or node.name)
+
+    def worker_command(self, node: Node, directory: str) -> list[str]:
+        job = [self.runner, "worker", "--private-data-dir", directory, "--delete"]
+        return receptor.run_argv(self.mesh, self.node_id(node), LEASE_S, directory, job)
+
+    def stop_command(self, node: Node, directory: str) -> list[str]:
+        return receptor.stop_argv(self.mesh, self.node_id(node), directory)
+
+
+def transport(rollout: Rollout) -> Transport:
+    """The transport kiln_rollout asks for."""
+    spec = rollout.receptor
+    if rollout.worker_transport == "receptor" and spec is not None:
+        mesh = receptor.Mesh(spec.socket, spec.ca, spec.cert, spec.key)
+        return ReceptorTransport(rollout.worker_runner, mesh)
+    return SshTransport(rollout.worker_runner)
 
 
 def lost(result: PlaybookResult) -> bool:
