@@ -36,11 +36,12 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO
-
-from receptorctl.socket_interface import ReceptorControl
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from kiln.runner import worker_side
+
+if TYPE_CHECKING:
+    from receptorctl.socket_interface import ReceptorControl
 
 WORKTYPE = "kiln"  # the work-command the mesh role configures on every worker
 MAX_MISSED = 3
@@ -60,6 +61,10 @@ class Mesh:
     key: str | None = None
 
     def control(self) -> ReceptorControl:
+        # imported here: receptorctl's package loads its CLI (click, dateutil: about 70 ms),
+        # which kiln's start-up does not pay unless a run uses the mesh
+        from receptorctl.socket_interface import ReceptorControl
+
         return ReceptorControl(self.socket, rootcas=self.ca, cert=self.cert, key=self.key)
 
     def argv(self) -> list[str]:
