@@ -6,11 +6,16 @@ CI's case, on 6), each a full sandbox node (systemd, sshd, munge, slurmd), on a 
 of its own (KILN_SANDBOX=scale):
 
 1. `kiln provision` in shards of a quarter of the nodes (at least 4), rolling batches of 4, a
-   failure budget of half a batch (50 %: the two faulty nodes may share one). While it runs one
-   node hangs (`docker pause` as the base stage starts: sshd never answers, as on a hung host)
-   and another reboots (`docker restart` as the slurm stage starts). The hung node is named
-   unreachable, every other node is ok (the rebooted one unless the reboot cut a task), no
-   shard is stopped; `kiln provision --retry-failed` then brings the faulty ones in.
+   failure budget of half a batch (50 %: the two faulty nodes may share one). The compute
+   shards run on two worker controllers (the first and last nodes) reached through a Receptor
+   mesh (playbooks/receptor.yml, the hub on the controller; where the OS packages Receptor,
+   else without workers). While it runs one node hangs (`docker pause` as the base stage
+   starts: sshd never answers, as on a hung host), another reboots (`docker restart` as the
+   slurm stage starts) and the second worker leaves the mesh while its first shard runs
+   (`systemctl stop receptor`: its job lives on, unreachable, as behind a cut link). The hung
+   node is named unreachable, every other node is ok (the rebooted one unless the reboot cut a
+   task), no shard is stopped; the lost worker's job ended by its lease before its shard ran
+   again on the other; `kiln provision --retry-failed` then brings the faulty ones in.
 2. `kiln burnin` with one node's CPU throttled during its GEMM (`docker update`) and another
    node's link slowed to 100 Mbit/s with `tc` (netem where the kernel has it, else tbf; from the
    host, in the container's network namespace):
@@ -29,12 +34,22 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from .own_sandbox import own_sandbox
+from .worker_hosts import (
+    HUB_CONTROL_PORT,
+    hub_address,
+    install_worker,
+    inventory_keys,
+    mesh_credentials,
+    receptor_packaged,
+    set_up_mesh,
+)
 
 pytestmark = pytest.mark.scale
 
@@ -51,8 +66,8 @@ def _kiln(env: dict, *args: str, timeout: int = 3600) -> tuple[int, dict, str]:
     return proc.returncode, json.loads(proc.stdout), proc.stderr
 
 
-def _docker(*argv: str) -> str:
-    return subprocess.run(["docker", *argv], capture_output=True, text=True, check=True,
+def _docker(*argv: str, check: bool = True) -> str:
+    return subprocess.run(["docker", *argv], capture_output=True, text=True, check=check,
                           timeout=300).stdout.strip()  # fmt: skip
 
 
@@ -60,17 +75,28 @@ def _on_controller(command: str) -> str:
     return _docker("exec", f"{INSTANCE}-ctl", "bash", "-c", command)
 
 
-def _inventory(source: Path, target: Path) -> Path:
-    """The instance's inventory with the rehearsal's rollout and burn-in settings."""
+def _inventory(source: Path, target: Path, workers: dict | None = None) -> Path:
+    """The instance's inventory with the rehearsal's rollout and burn-in settings; `workers`:
+    {"hosts": [...], "rollout": {worker_runner, worker_transport, receptor}}."""
     shutil.copytree(source, target)
     shard = max(4, NODES // 4)
+    rollout = "".join(
+        f"  {k}: {json.dumps(v)}\n" for k, v in (workers or {}).get("rollout", {}).items()
+    )
+    if workers:
+        hosts = target / "hosts.yml"
+        listed = "".join(f"        {host}:\n" for host in workers["hosts"])
+        hosts.write_text(
+            hosts.read_text().rstrip("\n") + "\n    kiln_workers:\n      hosts:\n" + listed
+        )
     with (target / "group_vars" / "all.yml").open("a", encoding="utf-8") as handle:
         handle.write(
             "\n# The rehearsal: shards of a quarter of the nodes, rolling batches of 4, and a\n"
             "# failure budget of half a batch (the two faulty nodes may share one).\n"
             f"kiln_rollout:\n  shard_by: count\n  shard_size: {shard}\n  batch_size: 4\n"
             "  max_fail_percentage: 50\n"
-            "# Many nodes on 2 shared cores measure unevenly: the faults injected are ten times\n"
+            + rollout
+            + "# Many nodes on 2 shared cores measure unevenly: the faults injected are ten times\n"
             "# slower than a healthy node, so a node fails only 75 % below the fleet's median.\n"
             "kiln_burnin:\n  gemm_tflops_floor: 0.0001\n  node_relative_pct: 75\n"
         )
@@ -85,8 +111,28 @@ def _wait_for(log: Path, text: str, proc: subprocess.Popen, timeout: float = 180
         time.sleep(1)
 
 
-def _provision_with_faults(env: dict, inventory: Path, hung: str, rebooted: str, tmp: Path):
+def _leave_mesh_when_busy(worker: str, left: list[str], stop: threading.Event) -> None:
+    """Once `worker` runs a shard's job, its Receptor stops (its job lives on, unreachable);
+    `left` gets the job's processes as `ps` listed them then."""
+    while not stop.is_set():
+        found = subprocess.run(
+            ["docker", "exec", worker, "pgrep", "-f", "ansible-playbook.*/tmp/kiln-worker/"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if found.returncode == 0:
+            _docker("exec", worker, "systemctl", "stop", "receptor")
+            left.append(_docker("exec", worker, "ps", "-eo", "pid,args"))
+            return
+        time.sleep(0.3)
+
+
+def _provision_with_faults(env: dict, inventory: Path, hung: str, rebooted: str, tmp: Path,
+                           lost_worker: str | None = None):  # fmt: skip
     log = tmp / "provision.err"
+    left: list[str] = []
+    stop = threading.Event()
+    if lost_worker:
+        threading.Thread(target=_leave_mesh_when_busy, args=(lost_worker, left, stop)).start()
     with log.open("w") as err:
         proc = subprocess.Popen([KILN, "provision", str(inventory), "--yes", "--json"], env=env,
                                 stdout=subprocess.PIPE, stderr=err, text=True)  # fmt: skip
@@ -97,11 +143,52 @@ def _provision_with_faults(env: dict, inventory: Path, hung: str, rebooted: str,
             _docker("restart", "--time", "1", rebooted)
             stdout, _ = proc.communicate(timeout=3600)
         finally:
+            stop.set()
             if proc.poll() is None:
                 proc.kill()
             subprocess.run(["docker", "unpause", hung], capture_output=True, check=False)
     assert stdout.strip(), log.read_text()[-4000:]
-    return proc.returncode, json.loads(stdout), log.read_text()
+    return proc.returncode, json.loads(stdout), log.read_text(), left
+
+
+def _workers(inventory_dir: Path, workers: list[str], tmp: Path) -> dict | None:
+    """`workers` made worker controllers reached through a Receptor mesh whose hub is the
+    controller (None where the OS packages no Receptor: the rehearsal then runs without)."""
+    controller = f"{INSTANCE}-ctl"
+    if not receptor_packaged(controller):
+        print(f"\n{controller}: no receptor package; the rehearsal runs without workers")
+        return None
+    keys = inventory_keys(inventory_dir)
+    runner = ""
+    for index, worker in enumerate(workers):
+        runner = install_worker(worker, tmp / f"wheels-{index}", keys)
+    client = tmp / "receptor"
+    socket = f"tls://{hub_address(inventory_dir, controller)}:{HUB_CONTROL_PORT}"
+    spec = {"hosts": workers, "rollout": {
+        "worker_runner": runner, "worker_transport": "receptor",
+        "receptor": {"socket": socket, **mesh_credentials(client)}}}  # fmt: skip
+    set_up_mesh(_inventory(inventory_dir, tmp / "mesh-inventory", spec), client)
+    return spec
+
+
+def _assert_lost_worker_fenced(summary: dict, kept: str, lost: str, left: list[str]) -> None:
+    """The lost worker's job was left running, died by its lease, and only then did its shard
+    run again, on the other worker, which ran every later shard."""
+    assert left, f"{lost} never ran a worker job"
+    events = Path(summary["record"]) / "events.jsonl"
+    losses = [json.loads(line) for line in events.read_text().splitlines()
+              if "kiln_worker_lost" in line]  # fmt: skip
+    # one loss per shard that had started there before kiln knew (more than one on many nodes)
+    assert losses and {(e["worker"], e["job"]) for e in losses} == {(lost, "lease expired")}
+    assert all(e["waited_s"] > 0 for e in losses), losses  # kiln waited out the job's lease
+    shards = [s for e in summary["stages"] for s in e["shards"] if s["name"] != "controllers"]
+    moved = [s for s in shards if s.get("requeued_from")]
+    assert len(moved) == len(losses), (moved, losses)
+    assert all(s["requeued_from"] == [lost] and s["worker"] == kept for s in moved), moved
+    after = shards[shards.index(moved[-1]) + 1 :]
+    assert all(s["worker"] == kept for s in after), after  # a lost worker takes no more
+    remaining = _docker("exec", lost, "pgrep", "-f", "/tmp/kiln-worker/", check=False)
+    assert not remaining, remaining  # its job is gone (killed by its own lease)
 
 
 def _container_pid(name: str) -> str:
@@ -180,15 +267,24 @@ def _all_idle(nodes: list[str], timeout: float = 300) -> bool:
 def test_rehearsal_names_every_fault_and_brings_every_healthy_node_into_service(tmp_path):
     home = tmp_path / "home"
     with own_sandbox(INSTANCE, NODES, home) as (env, inventory_dir):
-        inventory = _inventory(inventory_dir, tmp_path / "inventory")
         nodes = [f"{INSTANCE}-node{i:02d}" for i in range(1, NODES + 1)]
         hung, rebooted, slow_cpu, slow_link = nodes[1], nodes[NODES // 2], nodes[2], nodes[-2]
+        kept, lost = nodes[0], nodes[-1]  # the worker controllers; the second one is lost
         timings = {}
-
-        # 1. Provision in shards with a hung node and a rebooting node.
         start = time.monotonic()
-        rc, summary, log = _provision_with_faults(env, inventory, hung, rebooted, tmp_path)
+        workers = _workers(inventory_dir, [kept, lost], tmp_path)
+        timings["workers and mesh"] = time.monotonic() - start
+        inventory = _inventory(inventory_dir, tmp_path / "inventory", workers)
+
+        # 1. Provision in shards with a hung node, a rebooting node and a worker lost.
+        start = time.monotonic()
+        rc, summary, log, left = _provision_with_faults(
+            env, inventory, hung, rebooted, tmp_path, lost if workers else None
+        )
         timings["provision"] = time.monotonic() - start
+        if workers:
+            _docker("exec", lost, "systemctl", "start", "receptor")  # back for the next run
+            _assert_lost_worker_fenced(summary, kept, lost, left)
         assert rc == 1, log[-4000:]
         assert hung in summary["unreachable_hosts"], (summary["unreachable_hosts"], log[-4000:])
         faulty = set(summary["failed_hosts"]) | set(summary["unreachable_hosts"])

@@ -26,8 +26,16 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from receptorctl.socket_interface import ReceptorControl
+
+from .worker_hosts import (
+    HUB_CONTROL_PORT,
+    hub_address,
+    install_worker,
+    mesh_credentials,
+    receptor_packaged,
+    set_up_mesh,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -97,53 +105,6 @@ def test_two_shards_of_one_node_run_in_parallel(sandbox, unsharded, tmp_path):
     assert set(exported["all"]["hosts"]) == {"kiln-ctl", sandbox.nodes[-1].name}
 
 
-WORKER_VENV = "/opt/kiln-worker"
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _install_worker(sandbox, wheels: Path, container: str = "kiln-ctl") -> str:
-    """kiln in a venv on `container`; returns that venv's ansible-runner."""
-    runner = f"{WORKER_VENV}/bin/ansible-runner"
-    pip = str(Path(sys.executable).parent / "pip")
-    subprocess.run([pip, "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)], check=True)
-    [kiln_wheel] = wheels.glob("kiln-*.whl")
-    # kiln's dependencies as wheels for the controller's Python (3.13 on Debian 13, not this
-    # machine's): binary wheels of another Python do not install there
-    version = subprocess.run(
-        ["docker", "exec", container, "python3", "-c",
-         "import sys; print('%d.%d' % sys.version_info[:2])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    platforms = [
-        arg
-        for tag in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
-        for arg in ("--platform", tag)
-    ]
-    subprocess.run(
-        [pip, "download", "-q", "--only-binary=:all:", "--python-version", version,
-         "--implementation", "cp", *platforms, "-c", str(ROOT / "constraints.txt"),
-         "-d", str(wheels), str(kiln_wheel)],
-        check=True,
-    )  # fmt: skip
-    # /var/tmp: Debian 13 mounts a tmpfs on /tmp, which hides what docker cp puts there
-    subprocess.run(["docker", "cp", str(wheels), f"{container}:/var/tmp/kiln-wheels"], check=True)
-    install = (
-        "set -e; python3 -c 'import ensurepip' 2>/dev/null || (apt-get update -qq && "
-        "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null); "
-        f"rm -rf {WORKER_VENV}; python3 -m venv {WORKER_VENV}; "
-        f"{WORKER_VENV}/bin/pip install -q --no-index --find-links /var/tmp/kiln-wheels kiln; "
-        "rm -rf /var/tmp/kiln-wheels"
-    )
-    subprocess.run(["docker", "exec", container, "sh", "-c", install], check=True, timeout=900)
-    # The worker reaches the nodes with the inventory's key and known_hosts, at the same paths.
-    subprocess.run(
-        ["docker", "exec", container, "mkdir", "-p", str(sandbox.private_key.parent)], check=True
-    )
-    for path in (sandbox.private_key, sandbox.known_hosts):
-        subprocess.run(["docker", "cp", str(path), f"{container}:{path}"], check=True)
-    return runner
-
-
 def _kill_first_worker_job(container: str, killed: list[str], stop: threading.Event) -> None:
     """Kill -9 every process of the first worker job seen on `container` (as if it powered
     off mid-shard), once its ansible-playbook is running."""
@@ -173,8 +134,9 @@ def worker_runner(sandbox, tmp_path_factory) -> str:
     if os.environ.get("KILN_TEST_WORKER") == "0":
         pytest.skip("KILN_TEST_WORKER=0")
     tmp = tmp_path_factory.mktemp("workers")
-    runner = _install_worker(sandbox, tmp / "wheels")
-    _install_worker(sandbox, tmp / "wheels-b", container=sandbox.nodes[-1].name)
+    keys = (sandbox.private_key, sandbox.known_hosts)
+    runner = install_worker("kiln-ctl", tmp / "wheels", keys)
+    install_worker(sandbox.nodes[-1].name, tmp / "wheels-b", keys)
     return runner
 
 
@@ -233,22 +195,6 @@ def assert_handed_over(sandbox, unsharded, code, summary, stderr, killed) -> Non
     assert (artifact / "rc").read_text().strip() == "0"  # artifacts came home
 
 
-HUB_CONTROL_PORT = 27199  # playbooks/roles/receptor_mesh: the hub's TLS control listener
-
-
-def _hub_address(sandbox) -> str:
-    hosts = yaml.safe_load((sandbox.inventory / "hosts.yml").read_text())
-    return hosts["all"]["children"]["kiln_controllers"]["hosts"]["kiln-ctl"]["ansible_host"]
-
-
-def _receptor_packaged(container: str) -> bool:
-    policy = subprocess.run(
-        ["docker", "exec", container, "apt-cache", "policy", "receptor"],
-        capture_output=True, text=True, check=False,
-    ).stdout  # fmt: skip
-    return "Candidate:" in policy and "Candidate: (none)" not in policy
-
-
 def test_through_a_receptor_mesh_a_lost_worker_hands_its_shard_to_the_other(
     sandbox, unsharded, worker_runner, tmp_path
 ):
@@ -256,23 +202,16 @@ def test_through_a_receptor_mesh_a_lost_worker_hands_its_shard_to_the_other(
     on kiln-ctl, mutual TLS): the shards run as Receptor work units, kiln-ctl's first one is
     killed mid-shard, kiln stops what is left of it through the mesh and runs the shard on the
     node. Debian 13 packages Receptor; Debian 12 does not (skipped there)."""
-    if not _receptor_packaged("kiln-ctl"):
+    if not receptor_packaged("kiln-ctl"):
         pytest.skip("this sandbox's OS has no receptor package (Debian 13 has)")
     rollout = {"shard_by": "count", "shard_size": 100, "worker_runner": worker_runner}
     inventory = copy_inventory(sandbox, tmp_path / "mesh", rollout, extra_hosts=_workers(sandbox))
     client = tmp_path / "receptor"
-    env = {**os.environ, "ANSIBLE_ROLES_PATH": str(ROOT / "playbooks" / "roles")}
-    for _run in ("first", "again"):  # the second run changes nothing
-        mesh = subprocess.run(
-            [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
-             str(ROOT / "playbooks" / "receptor.yml"), "-e", f"receptor_mesh_client_dir={client}"],
-            capture_output=True, text=True, env=env, timeout=600, check=False,
-        )  # fmt: skip
-        assert mesh.returncode == 0, mesh.stdout[-3000:] + mesh.stderr[-2000:]
-    assert "changed=0" in mesh.stdout.split("PLAY RECAP")[-1], mesh.stdout[-2000:]
-    socket = f"tls://{_hub_address(sandbox)}:{HUB_CONTROL_PORT}"
-    credentials = {"ca": str(client / "ca.crt"), "cert": str(client / "kiln.crt"),
-                   "key": str(client / "kiln.key")}  # fmt: skip
+    set_up_mesh(inventory, client)
+    again = set_up_mesh(inventory, client)
+    assert "changed=0" in again.split("PLAY RECAP")[-1], again[-2000:]  # nothing to change
+    socket = f"tls://{hub_address(sandbox.inventory, 'kiln-ctl')}:{HUB_CONTROL_PORT}"
+    credentials = mesh_credentials(client)
     status = ReceptorControl(socket, rootcas=credentials["ca"], cert=credentials["cert"],
                              key=credentials["key"]).simple_command("status")  # fmt: skip
     assert {"kiln-ctl", sandbox.nodes[-1].name} <= set(status["KnownConnectionCosts"])

@@ -104,3 +104,29 @@ def test_one_slow_measurement_names_nobody():
     locator = Locator(fab, THRESHOLD)
     locator.record({("gpu000", "gpu001"): {0: 10.0, 1: NOMINAL}})
     assert locator.findings().drain() == set()
+
+
+def test_a_suspect_is_retested_with_a_partner_that_has_its_slow_rail():
+    """Nodes need not test every rail (an HCA down or not cabled: kiln.burnin.ib's usable
+    rails). A node slow on rail 3 must meet, in round two, a leaf-mate that has rail 3: the
+    first free ones of its leaf here do not, and a partner without it can never confirm it."""
+    fab = fabric()
+    without = {f"gpu{i:03d}" for i in range(10)}  # su00's first ten nodes: no rail 3
+    node_rails = {
+        n: frozenset(r for r in range(RAILS) if not (n in without and r == 3)) for n in fab.groups
+    }
+    rail_aware = Fabric(fab.groups, RAILS, node_rails)
+
+    class PartialRails(SimulatedFabric):
+        def measure(self, pairs):
+            self.calls.append(pairs)
+            return {(a, b): {r: self.rail(a, b, r) for r in node_rails[a] & node_rails[b]}
+                    for a, b in pairs}  # fmt: skip
+
+    sim = PartialRails(rail_aware, bad_rails={("gpu020", 3)})
+    locator, found = run(sim)
+    assert set(found.rails) == {("gpu020", 3)} and not found.nodes, found
+    assert found.drain() == {"gpu020"}
+    # gpu000..gpu009 take no rail-3 verdict: they were never the partner that retested it
+    retest = [pair for pair in sim.calls[1] if "gpu020" in pair]
+    assert retest and not set(retest[0]) & without, retest

@@ -43,9 +43,16 @@ class Fabric:
 
     groups: Mapping[str, str]  # node -> its scalable unit (the leaves it is cabled to)
     rails: int
+    # node -> the rails it can test (kiln.burnin.ib.usable_rails); None: every node all of them
+    node_rails: Mapping[str, frozenset[int]] | None = None
 
     def leaf(self, node: str, rail: int) -> str:
         return f"{self.groups[node]}/rail{rail}"
+
+    def rails_of(self, node: str) -> frozenset[int]:
+        if self.node_rails is None:
+            return frozenset(range(self.rails))
+        return self.node_rails.get(node, frozenset())
 
 
 @dataclass
@@ -111,7 +118,7 @@ class Locator:
             slow_with.setdefault((a, rail), set()).add(b)
             slow_with.setdefault((b, rail), set()).add(a)
         for node in sorted({n for n, _ in slow_with}):
-            partners = [slow_with.get((node, r), set()) for r in range(self.fabric.rails)]
+            partners = [slow_with.get((node, r), set()) for r in sorted(self.fabric.rails_of(node))]
             every = set.intersection(*partners) if partners else set()
             if len(every) >= 2:
                 self.found.nodes[node] = f"slow on every rail with {len(every)} partners"
@@ -130,25 +137,30 @@ class Locator:
             return self._uplink_round()
         return []
 
-    def _suspects(self) -> list[str]:
-        found = set()
+    def _suspects(self) -> dict[str, set[int]]:
+        """Each node of an unexplained slow measurement, with the rails it was slow on."""
+        found: dict[str, set[int]] = {}
         for a, b, rail, _ in self._slow():
             if not self._explained(a, b, rail):
-                found.update((a, b))
-        return sorted(found)
+                for node in (a, b):
+                    found.setdefault(node, set()).add(rail)
+        return dict(sorted(found.items()))
 
     def _own_leaf_round(self) -> list[Pair]:
-        suspects = self._suspects()
         busy: set[str] = set()
         pairs = []
         slow_nodes = {n for m in self._slow() for n in m[:2]}
         by_group: dict[str, list[str]] = {}
         for node in sorted(self.fabric.groups):
             by_group.setdefault(self.fabric.groups[node], []).append(node)
-        for node in suspects:
+        for node, rails in self._suspects().items():
             if node in busy:
                 continue
-            free = [n for n in by_group[self.fabric.groups[node]] if n != node and n not in busy]
+            # only a partner that can test every rail the suspect was slow on can confirm it
+            free = [
+                n for n in by_group[self.fabric.groups[node]]
+                if n != node and n not in busy and rails <= self.fabric.rails_of(n)
+            ]  # fmt: skip
             # a node of no slow measurement if its leaf has one, else another suspect
             partner = next((n for n in free if n not in slow_nodes), free[0] if free else None)
             if partner is not None:
