@@ -354,7 +354,7 @@ class _Run:
             },
             envvars=self.secrets.env(),
         )
-        self._log_shard(stage, shard, "started")
+        self._log_shard(stage, shard, "started", shard.worker and self.pool.standing(shard.worker))
         aggregate.shard_started(shard.name)
         try:
             ran = self._execute(stage.name, shard, request, new_recorder)
@@ -376,7 +376,7 @@ class _Run:
         if isinstance(quarantined, dict):
             with self.lock:
                 self.result.quarantined.update({str(h): str(w) for h, w in quarantined.items()})
-        self._log_shard(stage, shard, outcome.status)
+        self._log_shard(stage, shard, outcome.status, ran.worker)  # where it ran, lost or not
         return outcome
 
     def _execute(
@@ -391,9 +391,9 @@ class _Run:
             return Ran(engine.run_playbook(request, recorder, list(shard.hosts)), recorder, None)
         return self.pool.run(shard, stage, request, new_recorder)
 
-    def _log_shard(self, stage: Stage, shard: Shard, status: str) -> None:
+    def _log_shard(self, stage: Stage, shard: Shard, status: str, worker: str | None) -> None:
         if self.log is not None:
             line = {"event": "kiln_shard", "stage": stage.name, "shard": shard.name}
-            line.update(status=status, hosts=len(shard.hosts), worker=shard.worker)
+            line.update(status=status, hosts=len(shard.hosts), worker=worker)
             line["t"] = now().isoformat(timespec="seconds")
             self.log.write_event(line)
