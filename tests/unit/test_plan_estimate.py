@@ -95,6 +95,23 @@ def test_the_projection_re_derived_by_hand():
     assert [s["rounds"] for s in document["stages"]] == [rounds, rounds]
 
 
+def test_worker_controllers_share_the_shards_and_their_cpu():
+    """16 workers of 8 cores each (kiln_workers, or --workers): four times the shards at once
+    per 4 workers, and the CPU bound split over every worker's cores."""
+    stages = measured_stages(summary())
+    one = Target(nodes=12_500, cpus=8, memory_gib=2.0, forks=25, shard_size=8, batch_size=4)
+    many = Target(nodes=12_500, cpus=8, memory_gib=2.0, forks=25, shard_size=8, batch_size=4,
+                  machines=16)  # fmt: skip
+    alone, spread = estimate(stages, one), estimate(stages, many)
+    shards = math.ceil(12_500 / 8)
+    assert alone.stages[0].parallel == 4 and spread.stages[0].parallel == 4 * 16
+    assert spread.stages[0].rounds == math.ceil(shards / 64) * 2
+    assert spread.stages[1].cpu_seconds == pytest.approx(12_500 * 20.0 / (8 * 16))
+    assert alone.stages[1].cpu_seconds == pytest.approx(12_500 * 20.0 / 8)
+    assert spread.total_seconds < alone.total_seconds / 10
+    assert spread.to_dict()["controller"]["machines"] == 16
+
+
 def test_each_bound_is_named_where_it_costs_most():
     stages = measured_stages(summary())
     one_core = Target(nodes=12_500, cpus=1, memory_gib=64.0, forks=25, shard_size=512,
@@ -150,9 +167,12 @@ def test_kiln_plan_estimate_reads_the_runs_home(tmp_path, monkeypatch):
     assert document["measured"]["run"] == str(run)
     assert [e["nodes"] for e in document["estimates"]][-1] == 12_500
     assert all(e["controller"]["cpus"] == 64 for e in document["estimates"])
-    text = CliRunner().invoke(app, ["plan", str(inventory), "--estimate"], terminal_width=200)
+    assert all(e["controller"]["machines"] == 1 for e in document["estimates"])  # no kiln_workers
+    text = CliRunner().invoke(app, ["plan", str(inventory), "--estimate", "--workers", "16"],
+                              terminal_width=200)  # fmt: skip
     assert text.exit_code == 0, text.output
     assert "Time to cluster, projected" in text.output and "bottleneck" in text.output
+    assert "Shards on 16 worker controllers" in text.output
     empty = CliRunner().invoke(app, ["plan", str(ROOT / "inventories" / "sandbox"), "--estimate"])
     assert isinstance(empty.exception, InvalidInputError)  # exit 2 through kiln's entry point
     assert "carries its measured cost" in empty.exception.message

@@ -23,6 +23,7 @@ from kiln.plan.estimate import (
     measured_burnin,
     measured_stages,
 )
+from kiln.plan.shards import worker_hosts
 from kiln.records.runs import read_summary, runs_home
 
 
@@ -70,8 +71,10 @@ def measured_burnin_run(cluster: Cluster) -> tuple[Path, MeasuredBurnin] | None:
 
 def target_for(
     cluster: Cluster, nodes: int, cpus: int | None, mirror_gbps: float | None,
-    node_download_gib: float | None,
+    node_download_gib: float | None, workers: int | None = None,
 ) -> Target:  # fmt: skip
+    """`workers`: worker controllers running the shards (None: the inventory's kiln_workers;
+    0: this controller alone)."""
     rollout = cluster.rollout
     shard_hosts = min(rollout.shard_size, nodes)
     size = rollout.batch_size
@@ -82,6 +85,7 @@ def target_for(
         nodes=nodes, cpus=cpus or os.cpu_count() or 1, memory_gib=rollout.controller_memory_gib,
         forks=rollout.forks, shard_size=rollout.shard_size, batch_size=max(1, batch),
         mirror_gbps=mirror_gbps, node_download_gib=node_download_gib,
+        machines=max(1, len(worker_hosts(cluster)) if workers is None else workers),
     )  # fmt: skip
 
 
@@ -112,7 +116,7 @@ class Projection:
 
 def project(
     cluster: Cluster, inventory: Path, *, from_run: Path | None, cpus: int | None,
-    mirror_gbps: float | None, node_download_gib: float | None,
+    mirror_gbps: float | None, node_download_gib: float | None, workers: int | None = None,
 ) -> Projection:  # fmt: skip
     run, stages = measured_run(inventory, from_run)
     burnin = measured_burnin_run(cluster)
@@ -120,7 +124,7 @@ def project(
     projected = [
         estimate(
             stages,
-            target_for(cluster, n, cpus, mirror_gbps, node_download_gib),
+            target_for(cluster, n, cpus, mirror_gbps, node_download_gib, workers),
             burnin[1] if burnin else None,
         )  # fmt: skip
         for n in sizes
@@ -165,9 +169,10 @@ def render_projection(projection: Projection) -> None:
     table.add_row("bottleneck", *(e.bottleneck for e in projected))
     out.print(table)
     target = projected[-1].target
+    where = "this controller" if target.machines == 1 else f"{target.machines} worker controllers"
     out.print(
-        f"Controller: {target.cpus} CPU(s), {target.memory_gib:g} GiB for shards, "
-        f"{target.forks} forks, shards of {target.shard_size}"
+        f"Shards on {where}: {target.cpus} CPU(s), {target.memory_gib:g} GiB for shards "
+        f"each, {target.forks} forks, shards of {target.shard_size}"
     )
     for note in projected[-1].notes:
         out.print(f"[dim]note: {note}[/]")

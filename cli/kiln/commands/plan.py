@@ -203,6 +203,16 @@ def plan(
             help="With --estimate: the controller's cores (default: this machine's).",
         ),
     ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            min=0,
+            help="With --estimate: worker controllers running the shards, each with "
+            "--controller-cpus cores (default: the inventory's kiln_workers; 0: this "
+            "controller alone).",
+        ),
+    ] = None,
     mirror_gbps: Annotated[
         float | None,
         typer.Option(
@@ -241,7 +251,7 @@ def plan(
     cluster = require_valid(inventory, use_vault(vault_id, vault_password_file))
     if estimate:
         projection = project(
-            cluster, inventory, from_run=from_run, cpus=controller_cpus,
+            cluster, inventory, from_run=from_run, cpus=controller_cpus, workers=workers,
             mirror_gbps=mirror_gbps, node_download_gib=node_download_gib,
         )  # fmt: skip
         if json:

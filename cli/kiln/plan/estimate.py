@@ -4,10 +4,12 @@ The measured run is a provision run record whose stages carry their cost (`secon
 `controller_cpu_s`: kiln.runner.execute) and, when there is one, a burn-in record's
 timings.json. Per stage the projection takes the larger of two bounds and names it:
 
-- controller CPU: N x (the stage's controller CPU seconds per host) / the controller's cores;
+- controller CPU: N x (the stage's controller CPU seconds per host) / the cores of the
+  machines running shards (the controller's, or every worker controller's: `machines`);
 - rolling batches: the rounds of batches the rollout needs (ceil(shards / shards at once) x
-  batches per shard, with kiln's own rule for shards at once: kiln.plan.shards.parallel_limit)
-  x the measured seconds of one batch (a shard's wall time / its batches, the median shard).
+  batches per shard, with kiln's own rule for shards at once: kiln.plan.shards.parallel_limit,
+  per machine) x the measured seconds of one batch (a shard's wall time / its batches, the
+  median shard).
   A batch holds at most `forks` hosts at once, so this is where forks and shard size show.
 
 The provisioning is the sum of its stages, unless the mirror is slower: N x the bytes a node
@@ -77,6 +79,9 @@ class Target:
     batch_size: int  # hosts per rolling batch inside a shard
     mirror_gbps: float | None = None
     node_download_gib: float | None = None
+    # the machines that run compute shards: the kiln_workers (each of `cpus` cores and
+    # `memory_gib`), or this controller alone (1)
+    machines: int = 1
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,7 @@ class Estimate:
                 "cpus": self.target.cpus,
                 "memory_gib": self.target.memory_gib,
                 "forks": self.target.forks,
+                "machines": self.target.machines,
             },  # fmt: skip
             "stages": [
                 {
@@ -216,12 +222,13 @@ def estimate(
     shards = math.ceil(target.nodes / target.shard_size)
     batches = math.ceil(shard_hosts / max(1, min(target.batch_size, shard_hosts)))
     parallel = parallel_limit(
-        0, shards, target.cpus, forks=target.forks, memory_gib=target.memory_gib
-    )
+        0, shards, target.cpus, forks=target.forks, memory_gib=target.memory_gib,
+        machines=target.machines,
+    )  # fmt: skip
     rounds = math.ceil(shards / parallel) * batches
     batch_hosts = min(target.batch_size, shard_hosts)
     for stage in stages:
-        cpu = target.nodes * stage.cpu_per_host / target.cpus
+        cpu = target.nodes * stage.cpu_per_host / (target.cpus * target.machines)
         # a batch runs `forks` hosts at a time: a larger batch than measured takes more waves
         waves = math.ceil(batch_hosts / target.forks) / math.ceil(stage.batch_hosts / target.forks)
         batch_bound = rounds * stage.batch_seconds * max(1.0, waves)
