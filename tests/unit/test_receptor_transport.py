@@ -235,3 +235,14 @@ def test_a_beat_renews_a_running_jobs_lease_and_says_when_none_holds_it(tmp_path
     )
     assert gone.returncode == worker_side.GONE
     subprocess.run([sys.executable, "-m", "kiln.runner.worker_side", "stop", directory])
+
+
+def test_a_mesh_that_is_not_there_loses_the_worker_in_one_line(monkeypatch, capsys):
+    read, write = os.pipe()
+    os.write(write, b"3\njob")
+    monkeypatch.setattr(sys, "stdin", SimpleNamespace(fileno=lambda: read))
+    argv = receptor.run_argv(receptor.Mesh("/nonexistent/receptor.sock"), "gpu001", 60, "/d",
+                             ["ansible-runner", "worker"])  # fmt: skip
+    assert receptor.main(argv[3:]) == receptor.LOST
+    err = capsys.readouterr().err
+    assert err.startswith("kiln: Receptor at /nonexistent/receptor.sock: ") and err.count("\n") == 1

@@ -217,7 +217,11 @@ def main(argv: Sequence[str]) -> int:
     mesh = Mesh(args.socket, args.ca, args.cert, args.key)
     if args.action == "stop":
         return 0 if call(mesh, args.node, ["stop", args.dir]) == 0 else 1
-    return run(mesh, args.node, args.lease, args.dir, job)
+    try:
+        return run(mesh, args.node, args.lease, args.dir, job)
+    except (OSError, RuntimeError, ValueError) as exc:  # the mesh refused or is not there
+        sys.stderr.write(f"kiln: Receptor at {args.socket}: {exc}\n")
+        return LOST
 
 
 if __name__ == "__main__":
