@@ -443,3 +443,82 @@ def test_the_workload_needs_only_python3():
     }
     roots |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert roots - {"__future__"} <= set(sys.stdlib_module_names)
+
+
+LEAVES = {f"gpu{i:03d}": f"leaf-{'abcd'[(i - 1) // 3]}" for i in range(1, 13)}  # 4 leaves of 3
+
+
+def run_the_locators_rounds(tmp_path: Path, slow) -> tuple[Path, list[list[IbPair]]]:
+    """A run record of the rounds kiln.burnin.ib.IbPass picks on 12 nodes in 4 leaves, each
+    rail's report a real capture: the 98 Gb/s one where `slow(client, server, rail)`."""
+    nodes = list(LEAVES)
+    root = inventory(tmp_path / "inv", nodes=nodes)
+    hosts = (root / "hosts.yml").read_text()
+    for node, leaf in LEAVES.items():
+        hosts = hosts.replace(
+            f"        {node}:\n", f"        {node}:\n          kiln_leaf_switch: {leaf}\n"
+        )
+    (root / "hosts.yml").write_text(hosts)
+    cluster = require_valid(root)
+    dumps = {n: dump(tmp_path / "sysfs" / n, HEALTHY) for n in nodes}
+    run = tmp_path / "run"
+    layout = RunLayout(run)
+    pass_ = IB.IbPass(cluster, {n: ["mlx5_0", "mlx5_1"] for n in nodes},
+                      {n: parse_sysfs_dump(t) for n, t in dumps.items()},
+                      floor_pct=cluster.burnin.ib_write_bw_floor_pct)  # fmt: skip
+    rounds, pairs = [], pass_.first()
+    while pairs:
+        rounds.append(pairs)
+        for pair in pairs:  # what the round's job leaves in the record
+            for rail in pair.rails:
+                source = ROCE_98 if slow(pair.client, pair.server, rail.rail) else HDR_195
+                layout.ib_report(pair.name, rail.rail).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(source, layout.ib_report(pair.name, rail.rail))
+        pass_.record(layout, pairs)
+        pairs = pass_.next()
+    every = [p for r in rounds for p in r]
+    write_manifest(run, run_id="ibtest", suite="quick", cluster="ibtest", nodes=nodes,
+                   ib=manifest_entry(nodes, every))  # fmt: skip
+    for n in nodes:
+        layout.gemm(n).write_text(GEMM.read_text())
+        for phase in ("before", "after"):
+            target = layout.ib_sysfs(n, phase)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(dumps[n])
+    return run, rounds, cluster
+
+
+def test_a_slow_leaf_uplink_is_named_and_nobody_is_drained_for_it(tmp_path):
+    """leaf-a's uplink on rail 1 is slow: every rail-1 pair between leaf-a and another leaf
+    measures 98 Gb/s. Round one meets it, round two clears the nodes on their own leaves, round
+    three tries each implicated leaf against a third: leaf-a/rail1 is named, no node drained
+    (without the uplink finding its nodes, slow with two peers of three, were)."""
+
+    def through_uplink(a, b, rail):
+        return rail == 1 and (LEAVES[a] == "leaf-a") != (LEAVES[b] == "leaf-a")
+
+    run, rounds, cluster = run_the_locators_rounds(tmp_path, through_uplink)
+    assert len(rounds) == 3
+    for pairs in rounds:  # each round a matching
+        met = [n for p in pairs for n in (p.client, p.server)]
+        assert len(met) == len(set(met))
+    report = judge_run(run, cluster)
+    uplinks = [v for v in report.verdicts if v.check == "ib_uplink"]
+    assert [(v.name, v.passed, v.action) for v in uplinks] == [
+        ("leaf-a/rail1", False, Action.INVESTIGATE)
+    ]
+    assert "no node drained" in uplinks[0].message
+    drained = [v for v in report.verdicts if not v.passed and v.action == Action.DRAIN]
+    assert drained == [], [(v.name, v.check, v.message) for v in drained]
+
+
+def test_a_bad_rail_is_drained_through_the_locators_rounds_and_its_partner_is_not(tmp_path):
+    run, rounds, cluster = run_the_locators_rounds(
+        tmp_path, lambda a, b, rail: rail == 1 and "gpu005" in (a, b)
+    )
+    assert len(rounds) == 2  # nothing across leaves to clear: no uplink round
+    report = judge_run(run, cluster)
+    failed = {(v.name, v.check) for v in report.verdicts if not v.passed}
+    assert failed == {("gpu005", "ib_bandwidth")}, failed
+    [verdict] = [v for v in report.verdicts if v.name == "gpu005" and not v.passed]
+    assert verdict.action == Action.DRAIN and "ib rail1 mlx5_1" in verdict.message

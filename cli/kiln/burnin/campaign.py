@@ -217,14 +217,7 @@ class _Campaign:
             self._manifest(specs)
             self._wait(domains, f"NVLink domain all-reduce ({len(domains)} domain(s))")
             self._drop_changed()
-        ib_rounds = [
-            J.ib_round_job(out.run_id, self.reservation, suite, k, pairs, paths=self.options.paths)
-            for k, pairs in enumerate(self._ib_plan())
-        ]
-        specs += ib_rounds
-        self._manifest(specs)
-        for spec in ib_rounds:
-            self._wait([spec], f"InfiniBand rails ({spec.name})", spec.queued_minutes)
+        self._ib_rounds(specs)
         self._collect()
         out.timings["jobs"] = time.monotonic() - t0
         t0 = time.monotonic()
@@ -300,23 +293,32 @@ class _Campaign:
             container=self.container.image if self.container else None,
         )
 
-    def _ib_plan(self) -> list[list[IbPair]]:
-        """Read the HCAs of the nodes that declare them and pair those nodes for ib_write_bw."""
+    def _ib_rounds(self, specs: list[J.JobSpec]) -> None:
+        """Read the HCAs of the nodes that declare them, then the rounds the Locator picks
+        (kiln.burnin.ib.IbPass), a phase each, collected before the next is chosen."""
         if not self.ib_nodes:
             self.progress("InfiniBand: no node declares HCAs (kiln_ib_hcas); rail checks skipped")
-            return []
+            return
         dumps = self._ib_read("before")
-        rounds = IB.plan_rounds(
-            {n: self.nodes[n].ib_hcas for n in self.ib_nodes},
+        pass_ = IB.IbPass(
+            self.cluster, {n: self.nodes[n].ib_hcas for n in self.ib_nodes},
             {n: parse_sysfs_dump(text) for n, text in dumps.items()},
-            link_rate_gbps=self.cluster.ib.link_rate_gbps,
-        )
-        self.ib_pairs = [pair for round_ in rounds for pair in round_]
-        self.progress(
-            f"InfiniBand: {len(self.ib_nodes)} node(s) with HCAs, {len(self.ib_pairs)} "
-            f"ib_write_bw pair(s) in {len(rounds)} round(s)"
-        )
-        return rounds
+            floor_pct=self.cluster.burnin.ib_write_bw_floor_pct,
+        )  # fmt: skip
+        self.progress(f"InfiniBand: {len(pass_.rails_of)} node(s) with a rail to test")
+        pairs = pass_.first()
+        while pairs:
+            k, out = pass_.locator.rounds, self.out
+            self.ib_pairs += pairs
+            spec = J.ib_round_job(out.run_id, self.reservation, out.suite, k, pairs,
+                                  paths=self.options.paths)  # fmt: skip
+            specs.append(spec)
+            self._manifest(specs)
+            self._wait([spec], f"InfiniBand rails, round {k + 1} ({len(pairs)} pairs)",
+                       spec.queued_minutes)  # fmt: skip
+            self._collect([n for pair in pairs for n in (pair.client, pair.server)])
+            pass_.record(self.layout, pairs)
+            pairs = pass_.next()
 
     def _ib_read(self, phase: str) -> dict[str, str]:
         if not self.ib_nodes:

@@ -8,10 +8,16 @@
   ib_link       a slow pair whose ends are fine with their other peers: the path between them
                 (or, with nobody else to compare, either end): investigate
   ib_counters   an error counter of a declared port rose between before and after: drain
+  ib_uplink     a leaf slow on a rail to two other leaves and fine within (kiln.judging.locate
+                over the run's rounds): its uplink (spine ports, cables); investigate. The
+                pairs it explains are left out of ib_bandwidth and ib_link: nobody is drained
+                for an uplink
 Each rail is judged on its own: most pairs slow on one rail is that rail's fabric, no drain.
 """
 
 from __future__ import annotations
+
+import re
 
 from kiln.fabric.bandwidth import RailMeasurement, RailVerdict, floor_gbps, judge_rail
 from kiln.fabric.links import check_rails, error_counter_deltas, parse_sysfs_dump
@@ -19,6 +25,7 @@ from kiln.fabric.links import port_error_counters as _counters
 from kiln.inventory.model import Cluster
 from kiln.judging._rules import DRAIN, LOOK, C, W
 from kiln.judging.ib import IbRun
+from kiln.judging.locate import Fabric, Locator
 from kiln.judging.model import NO_IB, IbSection
 from kiln.judging.pairs import localise, median
 from kiln.judging.verdicts import Verdict, num
@@ -36,7 +43,7 @@ def judge_ib(report, cluster: Cluster, ib: IbRun | None, floor_pct: float | None
     for name in ib.nodes:
         if _hcas(cluster, name):
             _judge_node(report, section, cluster, name, ib)
-    _judge_bandwidth(report, section, ib, floor_pct)
+    _judge_bandwidth(report, section, cluster, ib, floor_pct)
     if not ib.pairs:
         section.note = (
             "one node declares HCAs: no peer for ib_write_bw"
@@ -44,6 +51,14 @@ def judge_ib(report, cluster: Cluster, ib: IbRun | None, floor_pct: float | None
             else "no two nodes had a usable rail in common: ib_write_bw not run"
         )
     report.ib = section
+
+
+def _leaf(cluster: Cluster, name: str) -> str:
+    """The node's leaf group (kiln_leaf_switch), as kiln.burnin.ib planned the rounds on."""
+    try:
+        return cluster.node(name).leaf_switch or "fabric"
+    except KeyError:
+        return "fabric"
 
 
 def _hcas(cluster: Cluster, name: str) -> tuple[str, ...]:
@@ -83,7 +98,9 @@ def _judge_node(report, section: IbSection, cluster: Cluster, name: str, ib: IbR
     add(_node(name, "ib_counters", False, W, DRAIN, "; ".join(parts), total, 0, "errors"))
 
 
-def _judge_bandwidth(report, section: IbSection, ib: IbRun, floor_pct: float | None) -> None:
+def _judge_bandwidth(
+    report, section: IbSection, cluster: Cluster, ib: IbRun, floor_pct: float | None
+) -> None:
     """Judge every measurement, then localise each rail on its own."""
     by_rail: dict[int, dict[tuple[str, str], RailVerdict]] = {}
     # The HCAs kiln told ib_write_bw to use (-d): they name the culprits, not the report.
@@ -109,11 +126,17 @@ def _judge_bandwidth(report, section: IbSection, ib: IbRun, floor_pct: float | N
             planned[(pair.server, rail.rail)] = rail.server_hca
     seen: dict[str, list[RailVerdict]] = {}  # node -> its measurements, all rails
     culprits: dict[str, list[tuple[float, str, RailVerdict]]] = {}  # node -> slow rails
+    fabric, uplinks = _uplinks(report, cluster, ib, by_rail)
     for rail, verdicts in sorted(by_rail.items()):
-        ratios = {pair: v.measured_gbps / v.floor_gbps for pair, v in verdicts.items()}
+        ratios = {
+            pair: v.measured_gbps / v.floor_gbps
+            for pair, v in verdicts.items()
+            if not {fabric.leaf(n, rail) for n in pair} & set(uplinks)
+            or fabric.leaf(pair[0], rail) == fabric.leaf(pair[1], rail)
+        }  # a pair through a slow uplink says nothing of its two nodes
         loc = localise(ratios, 1.0)
         mine: dict[str, list[RailVerdict]] = {}  # node -> its measurements on this rail
-        for (a, b), v in verdicts.items():
+        for (a, b), v in ((pair, verdicts[pair]) for pair in ratios):
             for node in (a, b):
                 seen.setdefault(node, []).append(v)
                 mine.setdefault(node, []).append(v)
@@ -161,6 +184,41 @@ def _judge_bandwidth(report, section: IbSection, ib: IbRun, floor_pct: float | N
         report.verdicts.append(_node(
             node, "ib_bandwidth", False, W, DRAIN, text, v.measured_gbps, v.floor_gbps, "Gb/s"
         ))  # fmt: skip
+
+
+ROUND = re.compile(r"^ib-r(\d+)-")
+
+
+def _uplinks(
+    report, cluster: Cluster, ib: IbRun, by_rail: dict[int, dict[tuple[str, str], RailVerdict]]
+) -> tuple[Fabric, dict[str, str]]:
+    """The run's rounds (their pairs' names) through the Locator: the leaf uplinks it names,
+    each added as an ib_uplink verdict, and the fabric it judged them on."""
+    groups = {n: _leaf(cluster, n) for n in ib.nodes}
+    rails: dict[str, set[int]] = {}
+    rounds: dict[int, dict[tuple[str, str], dict[int, float]]] = {}
+    for pair in ib.pairs:
+        found = ROUND.match(pair.name)
+        for rail in pair.rails:
+            rails.setdefault(pair.client, set()).add(rail.rail)
+            rails.setdefault(pair.server, set()).add(rail.rail)
+            v = by_rail[rail.rail][(pair.client, pair.server)]
+            measured = rounds.setdefault(int(found.group(1)) if found else 0, {})
+            measured.setdefault((pair.client, pair.server), {})[rail.rail] = (
+                v.measured_gbps / v.floor_gbps
+            )
+    count = 1 + max((r for found in rails.values() for r in found), default=-1)
+    fabric = Fabric(groups, count, {n: frozenset(r) for n, r in rails.items()})
+    locator = Locator(fabric, 1.0)
+    for k in sorted(rounds):
+        locator.record(rounds[k])
+    uplinks = locator.findings().uplinks if len(rounds) >= 3 else {}
+    for leaf, why in sorted(uplinks.items()):
+        report.verdicts.append(Verdict(
+            "fabric", leaf, "ib_uplink", False, None, None, "Gb/s", W, LOOK,
+            f"ib {leaf}: {why}: its uplink (spine ports or cables), no node drained",
+        ))  # fmt: skip
+    return fabric, uplinks
 
 
 def _gbps(v: RailVerdict) -> str:

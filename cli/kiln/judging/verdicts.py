@@ -49,6 +49,7 @@ CHECKS = {
     "ib_hca": "every declared HCA present, its port Active/LinkUp at the declared rate",
     "ib_bandwidth": "ib_write_bw on each rail at or above its floor (a share of the line rate)",
     "ib_link": "a node pair is slow on a rail while both nodes are fine with other peers",
+    "ib_uplink": "a leaf is slow on a rail to other leaves while fine within: its uplink",
     "ib_counters": "no InfiniBand error counter of a declared port rose during burn-in",
     "dcgm": "dcgmi diag (level by suite) failed no test and skipped no required test",
 }
