@@ -122,11 +122,23 @@ def beat(directory: str) -> None:
     subprocess.run([sys.executable, "-m", "kiln.runner.worker_side", "beat", directory], check=True)
 
 
+def wait_for_lease(directory: str) -> None:
+    """Until receptor-run holds the job's lease (it writes the file once it has read the job)."""
+    deadline = time.monotonic() + 10
+    while not Path(directory + ".beat").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def test_a_job_kept_alive_by_beats_runs_to_its_end(tmp_path):
     proc, directory = receptor_run(tmp_path, lease=1.5, seconds=3)
+    wait_for_lease(directory)
     deadline = time.monotonic() + 20
     while proc.poll() is None and time.monotonic() < deadline:
-        beat(directory)
+        renewed = subprocess.run(
+            [sys.executable, "-m", "kiln.runner.worker_side", "beat", directory], check=False
+        ).returncode
+        # renewed while the job runs; GONE only once it has ended (and let go of its lease)
+        assert renewed == 0 or proc.poll() is not None, renewed
         time.sleep(0.4)
     assert proc.wait(timeout=5) == 0
     assert proc.stdout.read() == b"the job\nfinished\n"  # the stream alone, nothing else
@@ -224,9 +236,7 @@ def test_a_job_gone_while_its_unit_runs_on_ends_the_wait(monkeypatch):
 
 def test_a_beat_renews_a_running_jobs_lease_and_says_when_none_holds_it(tmp_path):
     proc, directory = receptor_run(tmp_path, lease=30, seconds=30)
-    deadline = time.monotonic() + 10
-    while not Path(directory + ".beat").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for_lease(directory)
     beat(directory)  # check=True: renewed
     proc.kill()  # the job's holder killed, as with Receptor's command runner
     proc.wait()
