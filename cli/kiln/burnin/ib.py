@@ -31,15 +31,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from kiln.fabric.bandwidth import RailMeasurement, judge_rail
 from kiln.fabric.links import HcaView, check_rails
 from kiln.inventory import Cluster
 from kiln.judging.ib import PORT, IbPair, IbRail
 from kiln.judging.locate import Fabric, Findings, Locator
 from kiln.judging.pairs import default_rounds, pair_schedule
-from kiln.parsers import ParseError
-from kiln.parsers.ib_write_bw import parse_ib_write_bw
-from kiln.records.burnin import RunLayout
+from kiln.judging.rules_ib import leaf_group, rail_verdict
+from kiln.records.burnin import RunLayout, read_ib_report
 
 MAX_ROUNDS = 3  # the fixed schedule's: two to three peers per node
 DEFAULT_RATE_GBPS = 400.0  # when neither the inventory nor the port tells the rate
@@ -115,11 +113,9 @@ class IbPass:
         rails_of = {n: usable_rails(declared[n], views[n], port) for n in declared if n in views}
         self.rails_of = {n: rails for n, rails in rails_of.items() if rails}
         self.link_rate, self.floor_pct = cluster.ib.link_rate_gbps, floor_pct
-        groups = {n: cluster.node(n).leaf_switch or "fabric" for n in self.rails_of}
-        count = 1 + max((r for rails in self.rails_of.values() for r in rails), default=-1)
-        node_rails = {n: frozenset(rails) for n, rails in self.rails_of.items()}
+        groups = {n: leaf_group(cluster, n) for n in self.rails_of}
         # measured / floor per rail: pairs at different line rates share one threshold, 1.0
-        self.locator = Locator(Fabric(groups, count, node_rails), 1.0)
+        self.locator = Locator(Fabric.of_rails(groups, self.rails_of), 1.0)
 
     def first(self) -> list[IbPair]:
         return self._pairs(self.locator.first_round() if len(self.rails_of) >= 2 else [])
@@ -145,15 +141,8 @@ class IbPass:
         return [p for a, b in matches if (p := _pair(k, a, b, self.rails_of, self.link_rate))]
 
     def _ratio(self, layout: RunLayout, pair: IbPair, rail: IbRail) -> float:
-        try:
-            text = layout.ib_report(pair.name, rail.rail).read_text(encoding="utf-8")
-            result = parse_ib_write_bw(text)
-        except (OSError, ParseError):
-            return 0.0
-        measurement = RailMeasurement(
-            rail.rail, pair.client, pair.server, rail.client_hca, result, rail.server_hca
-        )
-        verdict = judge_rail(measurement, rail.link_rate_gbps, self.floor_pct)
+        got = read_ib_report(layout, pair.name, rail.rail)  # as judging will read it
+        verdict = rail_verdict(pair, rail, got, self.floor_pct)
         return verdict.measured_gbps / verdict.floor_gbps
 
 

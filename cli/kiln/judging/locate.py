@@ -27,7 +27,7 @@ uplink. Pure: measurements in, findings out.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from kiln.judging.pairs import pair_schedule
@@ -48,6 +48,13 @@ class Fabric:
 
     def leaf(self, node: str, rail: int) -> str:
         return f"{self.groups[node]}/rail{rail}"
+
+    @classmethod
+    def of_rails(cls, groups: Mapping[str, str], node_rails: Mapping[str, Iterable[int]]) -> Fabric:
+        """The fabric of nodes that can test the rails given each (the rail count from them)."""
+        rails = {node: frozenset(found) for node, found in node_rails.items()}
+        count = 1 + max((r for found in rails.values() for r in found), default=-1)
+        return cls(groups, count, rails)
 
     def rails_of(self, node: str) -> frozenset[int]:
         if self.node_rails is None:

@@ -24,12 +24,13 @@ from kiln.fabric.links import check_rails, error_counter_deltas, parse_sysfs_dum
 from kiln.fabric.links import port_error_counters as _counters
 from kiln.inventory.model import Cluster
 from kiln.judging._rules import DRAIN, LOOK, C, W
-from kiln.judging.ib import IbRun
+from kiln.judging.ib import IbPair, IbRail, IbRun
 from kiln.judging.locate import Fabric, Locator
 from kiln.judging.model import NO_IB, IbSection
 from kiln.judging.pairs import localise, median
 from kiln.judging.verdicts import Verdict, num
 from kiln.judging.verdicts import node_verdict as _node
+from kiln.parsers.ib_write_bw import IbWriteBwResult
 
 
 def judge_ib(report, cluster: Cluster, ib: IbRun | None, floor_pct: float | None) -> None:
@@ -53,8 +54,26 @@ def judge_ib(report, cluster: Cluster, ib: IbRun | None, floor_pct: float | None
     report.ib = section
 
 
-def _leaf(cluster: Cluster, name: str) -> str:
-    """The node's leaf group (kiln_leaf_switch), as kiln.burnin.ib planned the rounds on."""
+def rail_verdict(
+    pair: IbPair, rail: IbRail, got: IbWriteBwResult | str, floor_pct: float | None
+) -> RailVerdict:
+    """One rail of one pair against its floor; a report that is missing or unreadable (`got`
+    says why) measures 0: a failure, never a pass."""
+    if isinstance(got, str):
+        floor = floor_gbps(rail.link_rate_gbps, floor_pct)
+        where = f"rail {rail.rail} ({rail.client_hca}) {pair.client} -> {pair.server}"
+        return RailVerdict(
+            rail.rail, pair.client, pair.server, rail.client_hca, 0.0, floor,
+            rail.link_rate_gbps, False, f"{where}: {got}", rail.server_hca,
+        )  # fmt: skip
+    measurement = RailMeasurement(
+        rail.rail, pair.client, pair.server, rail.client_hca, got, rail.server_hca
+    )
+    return judge_rail(measurement, rail.link_rate_gbps, floor_pct)
+
+
+def leaf_group(cluster: Cluster, name: str) -> str:
+    """The node's leaf group (kiln_leaf_switch): what the Locator's rounds pair within."""
     try:
         return cluster.node(name).leaf_switch or "fabric"
     except KeyError:
@@ -108,18 +127,7 @@ def _judge_bandwidth(
     for pair in ib.pairs:
         for rail in pair.rails:
             got = ib.reports.get((pair.name, rail.rail), "no report")
-            if isinstance(got, str):
-                floor = floor_gbps(rail.link_rate_gbps, floor_pct)
-                where = f"rail {rail.rail} ({rail.client_hca}) {pair.client} -> {pair.server}"
-                verdict = RailVerdict(
-                    rail.rail, pair.client, pair.server, rail.client_hca, 0.0, floor,
-                    rail.link_rate_gbps, False, f"{where}: {got}", rail.server_hca,
-                )  # fmt: skip
-            else:
-                measurement = RailMeasurement(
-                    rail.rail, pair.client, pair.server, rail.client_hca, got, rail.server_hca
-                )
-                verdict = judge_rail(measurement, rail.link_rate_gbps, floor_pct)
+            verdict = rail_verdict(pair, rail, got, floor_pct)
             section.links.append(verdict)
             by_rail.setdefault(rail.rail, {})[(pair.client, pair.server)] = verdict
             planned[(pair.client, rail.rail)] = rail.client_hca
@@ -127,12 +135,16 @@ def _judge_bandwidth(
     seen: dict[str, list[RailVerdict]] = {}  # node -> its measurements, all rails
     culprits: dict[str, list[tuple[float, str, RailVerdict]]] = {}  # node -> slow rails
     fabric, uplinks = _uplinks(report, cluster, ib, by_rail)
+
+    def through_uplink(a: str, b: str, rail: int) -> bool:
+        leaves = fabric.leaf(a, rail), fabric.leaf(b, rail)
+        return leaves[0] != leaves[1] and any(leaf in uplinks for leaf in leaves)
+
     for rail, verdicts in sorted(by_rail.items()):
         ratios = {
             pair: v.measured_gbps / v.floor_gbps
             for pair, v in verdicts.items()
-            if not {fabric.leaf(n, rail) for n in pair} & set(uplinks)
-            or fabric.leaf(pair[0], rail) == fabric.leaf(pair[1], rail)
+            if not through_uplink(*pair, rail)
         }  # a pair through a slow uplink says nothing of its two nodes
         loc = localise(ratios, 1.0)
         mine: dict[str, list[RailVerdict]] = {}  # node -> its measurements on this rail
@@ -194,25 +206,23 @@ def _uplinks(
 ) -> tuple[Fabric, dict[str, str]]:
     """The run's rounds (their pairs' names) through the Locator: the leaf uplinks it names,
     each added as an ib_uplink verdict, and the fabric it judged them on."""
-    groups = {n: _leaf(cluster, n) for n in ib.nodes}
+    groups = {n: leaf_group(cluster, n) for n in ib.nodes}
     rails: dict[str, set[int]] = {}
     rounds: dict[int, dict[tuple[str, str], dict[int, float]]] = {}
     for pair in ib.pairs:
         found = ROUND.match(pair.name)
+        measured = rounds.setdefault(int(found.group(1)) if found else 0, {})
         for rail in pair.rails:
             rails.setdefault(pair.client, set()).add(rail.rail)
             rails.setdefault(pair.server, set()).add(rail.rail)
             v = by_rail[rail.rail][(pair.client, pair.server)]
-            measured = rounds.setdefault(int(found.group(1)) if found else 0, {})
-            measured.setdefault((pair.client, pair.server), {})[rail.rail] = (
-                v.measured_gbps / v.floor_gbps
-            )
-    count = 1 + max((r for found in rails.values() for r in found), default=-1)
-    fabric = Fabric(groups, count, {n: frozenset(r) for n, r in rails.items()})
+            ratios = measured.setdefault((pair.client, pair.server), {})
+            ratios[rail.rail] = v.measured_gbps / v.floor_gbps
+    fabric = Fabric.of_rails(groups, rails)
     locator = Locator(fabric, 1.0)
     for k in sorted(rounds):
         locator.record(rounds[k])
-    uplinks = locator.findings().uplinks if len(rounds) >= 3 else {}
+    uplinks = locator.findings().uplinks  # named from a third round only
     for leaf, why in sorted(uplinks.items()):
         report.verdicts.append(Verdict(
             "fabric", leaf, "ib_uplink", False, None, None, "Gb/s", W, LOOK,

@@ -44,7 +44,7 @@ from kiln.judging.results import (
     gemm_from_doc,
 )
 from kiln.parsers import ParseError
-from kiln.parsers.ib_write_bw import parse_ib_write_bw
+from kiln.parsers.ib_write_bw import IbWriteBwResult, parse_ib_write_bw
 from kiln.parsers.nccl_tests import parse_json, parse_text
 
 MANIFEST_SCHEMA_VERSION = 1
@@ -295,16 +295,19 @@ def load_ib(layout: RunLayout, manifest: dict) -> IbRun | None:
                 into[node] = text
     for pair in run.pairs:
         for rail in pair.rails:
-            text = _read(layout.ib_report(pair.name, rail.rail))
-            if text is None:
-                why = "no report: ib_write_bw failed, or the job timed out"
-                run.reports[(pair.name, rail.rail)] = why
-                continue
-            try:
-                run.reports[(pair.name, rail.rail)] = parse_ib_write_bw(text)
-            except ParseError as error:
-                run.reports[(pair.name, rail.rail)] = f"unreadable report ({error})"
+            run.reports[(pair.name, rail.rail)] = read_ib_report(layout, pair.name, rail.rail)
     return run
+
+
+def read_ib_report(layout: RunLayout, pair: str, rail: int) -> IbWriteBwResult | str:
+    """One pair's ib_write_bw report on one rail, parsed, or why there is none."""
+    text = _read(layout.ib_report(pair, rail))
+    if text is None:
+        return "no report: ib_write_bw failed, or the job timed out"
+    try:
+        return parse_ib_write_bw(text)
+    except ParseError as error:
+        return f"unreadable report ({error})"
 
 
 def _write_atomic(path: Path, text: str) -> None:

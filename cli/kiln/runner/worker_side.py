@@ -125,6 +125,10 @@ def beat_file(directory):
     return directory.rstrip("/") + ".beat"
 
 
+def stderr_file(directory):
+    return directory.rstrip("/") + ".stderr"
+
+
 GONE = 3  # `beat`'s exit status when the job it would renew no longer runs
 
 
@@ -160,7 +164,7 @@ def run_leased_by_file(lease, directory, argv):
     os.makedirs(parent, exist_ok=True)
     with open(lease_path, "w") as holder:
         holder.write(str(os.getpid()))  # the lease starts now, held by this process
-    with open(directory.rstrip("/") + ".stderr", "ab") as stderr:
+    with open(stderr_file(directory), "ab") as stderr:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=stderr, start_new_session=True)
 
     def cancelled(signum, frame):
@@ -179,14 +183,14 @@ def run_leased_by_file(lease, directory, argv):
             except FileNotFoundError:
                 age = lease + 1  # removed from outside: no lease left
             if age > lease:
-                with open(directory.rstrip("/") + ".stderr", "ab") as err:
+                with open(stderr_file(directory), "ab") as err:
                     err.write(b"kiln worker: no heartbeat for %ds, job killed\n" % int(lease))
                 kill_job(directory, proc.pid)
                 break
         code = proc.wait()
         if code == 0:  # kept for a failed job's post-mortem only
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(directory.rstrip("/") + ".stderr")
+                os.unlink(stderr_file(directory))
         return code
     finally:
         with contextlib.suppress(FileNotFoundError):

@@ -86,10 +86,14 @@ def _python(runner: str) -> str:
     )
 
 
+def runner_job(runner: str, directory: str) -> list[str]:
+    """`ansible-runner worker` unpacking the job into `directory`, removed after (--delete)."""
+    return [runner, "worker", "--private-data-dir", directory, "--delete"]
+
+
 def worker_argv(runner: str, directory: str) -> list[str]:
-    """`ansible-runner worker` reading the job on stdin, under worker_side's lease of LEASE_S;
-    --delete removes the directory after."""
-    job = [runner, "worker", "--private-data-dir", directory, "--delete"]
+    """`ansible-runner worker` reading the job on stdin, under worker_side's lease of LEASE_S."""
+    job = runner_job(runner, directory)
     return [_python(runner), "-c", WORKER_SIDE, "run", str(LEASE_S), directory, "--", *job]
 
 
@@ -140,7 +144,7 @@ class ReceptorTransport:
         return str(node.hostvars.get("kiln_receptor_node") or node.name)
 
     def worker_command(self, node: Node, directory: str) -> list[str]:
-        job = [self.runner, "worker", "--private-data-dir", directory, "--delete"]
+        job = runner_job(self.runner, directory)
         return receptor.run_argv(self.mesh, self.node_id(node), LEASE_S, directory, job)
 
     def stop_command(self, node: Node, directory: str) -> list[str]:
