@@ -184,7 +184,7 @@ bench-remote: deps docker
 	$(BIN)/python bench/health_remote.py inventories/sandbox
 
 gpu-check: deps
-	$(BIN)/pytest -q -m gpu tests
+	$(BIN)/pytest -q -m gpu tests/gpu
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -9,17 +9,36 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
 
+from kiln.profiles.platforms import load_platforms
+
 KILN = str(Path(sys.executable).parent / "kiln")
+# /etc/os-release's ID as Ansible's ansible_distribution names it (what kiln's table reads).
+DISTRIBUTIONS = {"debian": "Debian", "ubuntu": "Ubuntu", "rhel": "RedHat", "rocky": "Rocky",
+                 "almalinux": "AlmaLinux"}  # fmt: skip
+
+
+def this_platform() -> tuple[str, str]:
+    """(kiln_os, kiln_arch) of this machine, so the inventory declares what preflight will see
+    (a GPU machine runs Ubuntu 24.04, say, not the default debian-12)."""
+    lines = Path("/etc/os-release").read_text().splitlines()
+    release = {k: v.strip('"') for k, _, v in (line.partition("=") for line in lines) if v}
+    facts = {"distribution": DISTRIBUTIONS.get(release.get("ID", ""), release.get("ID")),
+             "distribution_version": release.get("VERSION_ID", "")}  # fmt: skip
+    os_id = load_platforms().os_of_facts(facts)
+    assert os_id, f"kiln has no platform entry for {release.get('PRETTY_NAME')}"
+    return os_id, platform.machine()
 
 
 def local_facts(tmp_path: Path) -> tuple[dict, dict]:
     """(the provision summary, this machine's facts) after `kiln provision --stages preflight`."""
     inventory = tmp_path / "inventory"
     inventory.mkdir()
+    kiln_os, kiln_arch = this_platform()
     (inventory / "hosts.yml").write_text(
         "all:\n"
         "  vars:\n"
@@ -33,6 +52,8 @@ def local_facts(tmp_path: Path) -> tuple[dict, dict]:
         "        localhost:\n"
         "          kiln_gpu_model: none\n"
         "          kiln_rack: r1\n"
+        f"          kiln_os: {kiln_os}\n"
+        f"          kiln_arch: {kiln_arch}\n"
         "          ansible_connection: local\n"
         "          ansible_become: false\n"
         f"          ansible_python_interpreter: {sys.executable}\n"

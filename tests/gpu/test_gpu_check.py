@@ -145,9 +145,10 @@ def test_gemm_workload_reaches_85_percent_of_torch_peak(capsys):
         [sys.executable, str(workload_path("gemm")), "--seconds", "15"],
         capture_output=True,
         text=True,
-        check=True,
+        check=False,
         timeout=300,
     )
+    assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     with capsys.disabled():
         for device in result["devices"]:

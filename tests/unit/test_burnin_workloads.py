@@ -97,6 +97,29 @@ def test_compare_accepts_bf16_rounding_but_not_a_bit_flip():
     assert gemm.compare(flipped, reference, "bfloat16")[0] is False
 
 
+def test_rates_keep_four_significant_figures_on_a_slow_device():
+    """A 2-core sandbox shared by 32 nodes multiplies at about 0.0003 TFLOPS: rounded to four
+    decimals an eighth of that (0.00004) read 0.0001 and a throttled node passed the fleet's
+    75 %-below rule (make test-scale, 2026-12-04). Rates keep four significant figures."""
+    gemm, allreduce = load("gemm"), load("allreduce")
+    assert gemm.tflops(2 * 1024**3, 50.0) == 4.295e-05  # one 1024^3 product in 50 s
+    assert gemm.tflops(2 * 8192**3 * 400, 1.0) == 439.8  # an H100's 400 products a second
+    assert allreduce.four_figures((16 << 20) / 4.0 / 1e9) == 0.004194  # 16 MiB in 4 s
+    assert allreduce.four_figures(429.49673) == 429.5
+
+
+def test_the_clock_sampler_stops_and_joins(monkeypatch):
+    """The GEMM's nvidia-smi sampler is a thread: its stop event was named `_stop`, which hides
+    threading.Thread's own `_stop()`, so joining it raised TypeError and every GPU GEMM exited 1
+    after its run (seen on an H200, `make gpu-check`, 2026-12-04; CPU nodes start no sampler)."""
+    gemm = load("gemm")
+    monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi: the thread ends at once
+    sampler = gemm.Sampler(0.01)
+    sampler.start()
+    sampler.stop()
+    assert not sampler.is_alive() and sampler.error == "nvidia-smi not found"
+
+
 def test_throttle_reason_bits_decode():
     gemm = load("gemm")
     assert gemm.decode_reasons(0x44) == ["sw_power_cap", "hw_thermal_slowdown"]

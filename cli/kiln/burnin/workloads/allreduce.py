@@ -103,6 +103,12 @@ def busbw(algbw: float, world_size: int) -> float:
     return algbw * 2 * (world_size - 1) / world_size if world_size > 1 else algbw
 
 
+def four_figures(gbs: float) -> float:
+    """A rate to four significant figures, not four decimals: a shaped link in the sandbox
+    moves a few MB/s, where four decimals of GB/s keep one or two figures."""
+    return float(f"{gbs:.4g}")
+
+
 def sizes(min_bytes: int, max_bytes: int) -> list[int]:
     out, size = [], max(min_bytes, 1)
     while size <= max_bytes:
@@ -204,8 +210,8 @@ def main(argv: list[str] | None = None) -> int:
                     "bytes": count * elem,
                     "count": count,
                     "time_us": round(seconds * 1e6, 2),
-                    "algbw_gbs": round(algbw, 4),
-                    "busbw_gbs": round(busbw(algbw, world), 4),
+                    "algbw_gbs": four_figures(algbw),
+                    "busbw_gbs": four_figures(busbw(algbw, world)),
                 }
             )
             del tensor

@@ -124,7 +124,7 @@ class Sampler(threading.Thread):
         self.interval = interval
         self.samples: list[dict] = []
         self.error: str | None = None
-        self._stop = threading.Event()
+        self._stopping = threading.Event()  # not `_stop`: Thread has its own
         self._fields = self._probe()
 
     def _probe(self) -> tuple[str, ...] | None:
@@ -150,15 +150,15 @@ class Sampler(threading.Thread):
         return [[c.strip() for c in line.split(",")] for line in proc.stdout.splitlines() if line]
 
     def run(self) -> None:
-        while self._fields and not self._stop.is_set():
+        while self._fields and not self._stopping.is_set():
             now = time.time()
             for row in self._query(self._fields) or []:
                 if len(row) == len(self._fields):
                     self.samples.append({"t": round(now, 3), **_sample(row)})
-            self._stop.wait(self.interval)
+            self._stopping.wait(self.interval)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopping.set()
         self.join(timeout=30)
 
 
@@ -216,6 +216,12 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or "cpu"
+
+
+def tflops(flops: float, seconds: float) -> float:
+    """The rate in TFLOPS to four significant figures, not four decimals: a CPU sandbox shared by
+    many nodes runs at about 0.0003, where four decimals cannot tell a node at an eighth of it."""
+    return float(f"{flops / seconds / 1e12:.4g}") if seconds else 0.0
 
 
 def _sync(device: torch.device) -> None:
@@ -320,7 +326,7 @@ class DeviceRun:
             r.update(error=f"{type(exc).__name__}: {exc}"[:500], reference_ok=False)
         flops = 2.0 * self.a.shape[0] ** 3 * iterations
         r.update(
-            tflops=round(flops / busy / 1e12, 4) if busy else 0.0,
+            tflops=tflops(flops, busy),
             iterations=iterations,
             seconds=round(busy, 3),
             checksum_ok=r["reference_ok"] and r["bit_mismatches"] == 0,
