@@ -143,12 +143,23 @@ case "$*" in
       partial) head -n 25 "$FAKE_OUTPUT"; echo "Test NCCL failure common.cu:1"; exit 1 ;;
       *) cat "$FAKE_OUTPUT"; exit "${FAKE_RC:-0}" ;;
     esac ;;
-  *) cat "$FAKE_TORCH" ;;
+  *)
+    printf 'MASTER_PORT=%s\n' "${MASTER_PORT:-}" >> "$FAKE_LOG"
+    tries=$(grep -c '^MASTER_PORT=' "$FAKE_LOG")
+    case "$FAKE_TORCH_MODE:$tries" in
+      connect-once:1|connect:*)
+        echo "allreduce: the ranks could not connect (rank 3 of 32): connectFullMesh" >&2
+        echo "srun: error: node04: task 3: Exited with exit code 75" >&2; exit 75 ;;
+      crash:*) echo "RuntimeError: Connection closed by peer" >&2; exit 1 ;;
+      *) cat "$FAKE_TORCH" ;;
+    esac ;;
 esac
 """
 
 
-def run_launcher(tmp_path: Path, *argv: str, mode="ok", output=H100_2NODE, rc=0, built=True):
+def run_launcher(
+    tmp_path: Path, *argv: str, mode="ok", output=H100_2NODE, rc=0, built=True, torch="ok"
+):
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
     executable(bindir / "srun", FAKE_SRUN)
@@ -166,6 +177,7 @@ def run_launcher(tmp_path: Path, *argv: str, mode="ok", output=H100_2NODE, rc=0,
         "FAKE_OUTPUT": str(output),
         "FAKE_RC": str(rc),
         "FAKE_TORCH": str(torch_doc),
+        "FAKE_TORCH_MODE": torch,
     }
     env.pop("NCCL_ALGO", None)
     proc = subprocess.run(
@@ -234,7 +246,7 @@ def test_without_nccl_tests_the_gpu_job_runs_torch(tmp_path):
     proc, calls = run_launcher(tmp_path, "--ntasks-per-node", "8", built=False)
     doc = json.loads(proc.stdout)
     assert doc["implementation"] == "torch" and doc["fallback"].startswith("nccl-tests not built")
-    assert len(calls) == 2 and "--mpi=pmix" not in calls[0]
+    assert len(calls) == 3 and "--mpi=pmix" not in calls[0]  # one srun: argv, two variables
 
 
 def test_cpu_jobs_run_torch_with_gloo_and_no_fallback_note(tmp_path):
@@ -243,6 +255,37 @@ def test_cpu_jobs_run_torch_with_gloo_and_no_fallback_note(tmp_path):
     assert doc == TORCH_DOC  # as allreduce.py printed it
     assert calls[0].startswith("--kill-on-bad-exit=1 --ntasks-per-node=1 ")
     assert calls[0].endswith("--backend gloo --ring")
+
+
+def test_ranks_that_could_not_connect_are_started_once_more_on_a_free_port(tmp_path):
+    """A 32-rank gloo ring failed its full-mesh connect in one run of two on the sandbox (make
+    test-scale, 2026-12-04): a failure before the ranks connected is no measurement."""
+    proc, calls = run_launcher(tmp_path, "--backend", "gloo", "--ring", torch="connect-once")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {**TORCH_DOC, "rendezvous_retries": 1}
+    ports = [c.removeprefix("MASTER_PORT=") for c in calls if c.startswith("MASTER_PORT=")]
+    assert ports[0] == "" and ports[1].isdigit() and len(ports) == 2  # the job's, then a free one
+    assert "the ranks could not connect" in proc.stderr  # the first try is in the job's log
+
+
+def test_ranks_that_never_connect_leave_no_result_after_the_second_try(tmp_path):
+    proc, calls = run_launcher(tmp_path, "--backend", "gloo", "--ring", torch="connect")
+    assert proc.returncode == 75 and proc.stdout == ""
+    assert sum(c.startswith("MASTER_PORT=") for c in calls) == 2  # once more, not again
+
+
+def test_a_failure_after_the_ranks_connected_is_not_retried(tmp_path):
+    proc, calls = run_launcher(tmp_path, "--backend", "gloo", "--ring", torch="crash")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "Connection closed by peer" in proc.stderr
+    assert sum(c.startswith("MASTER_PORT=") for c in calls) == 1
+
+
+def test_the_workload_and_its_launcher_say_the_same_words():
+    launcher = workload_path("allreduce_launch").read_text()
+    workload = workload_path("allreduce").read_text()
+    words = 'RENDEZVOUS_FAILED = "allreduce: the ranks could not connect"'
+    assert words in launcher and words in workload
 
 
 # --- real outputs -> the result document ----------------------------------------------------

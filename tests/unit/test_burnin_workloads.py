@@ -172,6 +172,20 @@ def test_rendezvous_from_slurm_and_torchrun_env():
     assert allreduce.sizes(1024, 8192) == [1024, 2048, 4096, 8192]
 
 
+def test_ranks_that_cannot_connect_say_so_for_the_launcher():
+    """Rank 0 of two, its peer never started: the rendezvous times out, and the workload says
+    the words its launcher starts the ranks again on (exit 75), not a crash's traceback."""
+    env = {**os.environ, "WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port())}  # fmt: skip
+    env.pop("SLURM_PROCID", None)
+    proc = subprocess.run(
+        [sys.executable, str(workload_path("allreduce")), "--timeout", "3"],
+        env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 75 and proc.stdout == "", proc.stderr[-2000:]
+    assert "allreduce: the ranks could not connect (rank 0 of 2): " in proc.stderr
+
+
 def test_allreduce_between_two_local_processes():
     env = {
         **os.environ,

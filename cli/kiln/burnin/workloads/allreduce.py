@@ -34,6 +34,10 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 SCHEMA_VERSION = 1
+# Printed when the ranks could not connect (allreduce_launch.py starts them again once on it; the
+# same words there): a 32-rank gloo ring on Debian 13's torch failed its full-mesh connect in one
+# run of two on the sandbox; gloo itself retries connections only since 2025.
+RENDEZVOUS_FAILED = "allreduce: the ranks could not connect"
 _GROUP = re.compile(r"\[([^\]]*)\]")
 
 
@@ -188,15 +192,21 @@ def main(argv: list[str] | None = None) -> int:
     rank, world = int(rdv["rank"]), int(rdv["world_size"])
     if "USE_LIBUV" not in os.environ and libuv_store_missing():
         os.environ["USE_LIBUV"] = "0"  # every rank runs the same torch, so all choose alike
-    dist.init_process_group(
-        backend,
-        init_method=f"tcp://{rdv['master_addr']}:{rdv['master_port']}",
-        rank=rank,
-        world_size=world,
-        timeout=timedelta(seconds=args.timeout),
-    )
-    try:
+    try:  # the ranks connecting: a failure here is the rendezvous', not a measurement
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://{rdv['master_addr']}:{rdv['master_port']}",
+            rank=rank,
+            world_size=world,
+            timeout=timedelta(seconds=args.timeout),
+        )
         hosts = gather_hostnames(world, device)
+    except RuntimeError as exc:  # torch's DistError, DistNetworkError, gloo's connect errors
+        print(f"{RENDEZVOUS_FAILED} (rank {rank} of {world}): {exc}", file=sys.stderr)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        return 75  # EX_TEMPFAIL
+    try:
         dtype = getattr(torch, args.dtype)
         elem = torch.tensor([], dtype=dtype).element_size()
         rows = []

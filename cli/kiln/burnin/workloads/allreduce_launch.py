@@ -26,6 +26,10 @@ it chooses the implementation and starts it with srun over the job's nodes, one 
                 srun --kill-on-bad-exit=1 --ntasks-per-node=G OPTIONS python3 -c TEXT ARGS
               its document says "container": the options.
 
+Ranks that could not connect (allreduce.py says so: RENDEZVOUS_FAILED) are started once more, on
+a port free on this node; the document then says `rendezvous_retries`. A failure after they
+connected is never retried: it is the result.
+
 A nccl-tests run that printed its whole table (its footer "# Out of bounds values") is a result
 even when it exits 1: it does when values were wrong, and kiln judges `wrong`. One that stopped
 part-way prints nothing on stdout (the job keeps no result: a failure) and its output goes to
@@ -42,6 +46,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -52,6 +57,8 @@ CONTAINER_ENV = "KILN_BURNIN_CONTAINER"  # the job script sets it (kiln.burnin.j
 TABLE = re.compile(r"^#\s+size\s+count\s+type", re.MULTILINE)  # the result table's header
 FOOTER = "# Out of bounds values"
 TAIL = 2000  # characters of a failed run's output kept in `fallback`
+# allreduce.py's words when its ranks could not connect (the same there): started once more.
+RENDEZVOUS_FAILED = "allreduce: the ranks could not connect"
 
 
 def nccl_tests_path(args: argparse.Namespace, env: dict[str, str]) -> str:
@@ -131,17 +138,50 @@ def torch_command(
     return [*srun(args), python, workload, *forwarded]
 
 
-def run(cmd: list[str], env: dict[str, str], keep_stderr: bool) -> subprocess.CompletedProcess:
-    """Run `cmd`, its stdout kept; its stderr kept too, or else streamed into the job's log."""
+def run(cmd: list[str], env: dict[str, str], stream: bool) -> subprocess.CompletedProcess:
+    """Run `cmd`, its stdout and stderr kept; with `stream` its stderr also goes into the
+    job's log as it comes (a job killed at its time limit has logged it)."""
     shown = [a if len(a) < 256 else f"[{len(a)} characters]" for a in cmd]  # a workload's text
     print(f"allreduce_launch: {shlex.join(shown)}", file=sys.stderr, flush=True)
-    stderr = subprocess.PIPE if keep_stderr else None
     try:
-        return subprocess.run(
-            cmd, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True, check=False
+        if not stream:
+            return subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
     except OSError as exc:  # srun itself missing
         return subprocess.CompletedProcess(cmd, 127, "", str(exc))
+    seen: list[str] = []
+
+    def stream() -> None:
+        for line in proc.stderr:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+            seen.append(line)
+
+    copier = threading.Thread(target=stream, daemon=True)
+    copier.start()
+    stdout = proc.stdout.read()
+    proc.wait()
+    copier.join()
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, "".join(seen))
+
+
+def free_port() -> int:
+    """A TCP port free on this host, the job's first node (the ranks' rendezvous master)."""
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+def run_torch(cmd: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess, int]:
+    """The torch all-reduce over srun, started once more (on a fresh port) when its ranks could
+    not connect, never for a failure after they did; (the last run, the retries)."""
+    proc = run(cmd, env, stream=True)
+    if proc.returncode == 0 or RENDEZVOUS_FAILED not in proc.stderr:
+        return proc, 0
+    print(f"allreduce_launch: {RENDEZVOUS_FAILED}; starting them once more", file=sys.stderr)
+    return run(cmd, {**env, "MASTER_PORT": str(free_port())}, stream=True), 1
 
 
 def nccl_tests_document(
@@ -189,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     implementation, fallback = choose(args, env)
     if implementation == "nccl-tests":
         cmd = nccl_tests_command(args, env)
-        proc = run(cmd, env, keep_stderr=True)
+        proc = run(cmd, env, stream=False)
         if FOOTER in proc.stdout:
             sys.stderr.write(proc.stderr)
             json.dump(nccl_tests_document(args, cmd, proc), sys.stdout, indent=1)
@@ -202,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         fallback = f"nccl-tests exited {proc.returncode} before its table: {tail}"
     container = container_options(env)
     cmd = torch_command(args, container=container)
-    proc = run(cmd, env, keep_stderr=False)
+    proc, retries = run_torch(cmd, env)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout)
         return proc.returncode
@@ -216,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     doc.setdefault("wrong", 0)
     if fallback:
         doc["fallback"] = fallback
+    if retries:
+        doc["rendezvous_retries"] = retries
     if container:
         doc["container"] = container
     json.dump(doc, sys.stdout, indent=1)
