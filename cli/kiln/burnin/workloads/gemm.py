@@ -21,6 +21,7 @@ active clock event (throttle) reasons, summarised per device.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import math
@@ -208,19 +209,15 @@ def smi_index(index: int) -> int:
 
 
 def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as handle:
+        for line in handle:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
     return platform.processor() or "cpu"
 
 
 def tflops(flops: float, seconds: float) -> float:
-    """The rate in TFLOPS to four significant figures, not four decimals: a CPU sandbox shared by
-    many nodes runs at about 0.0003, where four decimals cannot tell a node at an eighth of it."""
+    """TFLOPS to 4 significant figures, not decimals (a shared CPU runs at about 0.0003)."""
     return float(f"{flops / seconds / 1e12:.4g}") if seconds else 0.0
 
 
