@@ -153,13 +153,13 @@ def run(cmd: list[str], env: dict[str, str], stream: bool) -> subprocess.Complet
         return subprocess.CompletedProcess(cmd, 127, "", str(exc))
     seen: list[str] = []
 
-    def stream() -> None:
+    def copy_stderr() -> None:  # into the job's log, and kept
         for line in proc.stderr:
             sys.stderr.write(line)
             sys.stderr.flush()
             seen.append(line)
 
-    copier = threading.Thread(target=stream, daemon=True)
+    copier = threading.Thread(target=copy_stderr, daemon=True)
     copier.start()
     stdout = proc.stdout.read()
     proc.wait()
