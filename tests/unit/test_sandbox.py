@@ -212,3 +212,27 @@ def test_a_container_made_with_other_flags_is_recreated_not_reused(monkeypatch) 
     calls.clear()
     assert cluster.ensure_container(node, "kiln-node:abc", current) == "reused"
     assert calls == []
+
+
+def test_a_container_left_with_a_cpu_limit_is_recreated_not_reused(monkeypatch) -> None:
+    # A test that throttles a node (`docker update --cpu-quota`) and is killed before it lifts
+    # the limit leaves it in the container's configuration, across restarts: reused, that node
+    # then reads 5 % of its GEMM rate in every later burn-in and is drained (CI, stop 46).
+    calls: list[list[str]] = []
+    monkeypatch.setattr(cluster, "docker", lambda argv, **_: calls.append(argv))
+    monkeypatch.setattr(cluster, "image_id", lambda tag: "sha256:same")
+    node = config.Node("kiln-node02", "172.31.250.12", "compute")
+    host_config = {"CpuQuota": 5000, "CpuPeriod": 100000, "NanoCpus": 0, "CpusetCpus": "",
+                   "Memory": 0}  # fmt: skip
+    assert cluster.resource_limits(host_config) == ["CPU quota 5000/100000"]
+    throttled = cluster.ContainerState(
+        node.name, node.address, "exited", "sha256:same", "compute",
+        limits=tuple(cluster.resource_limits(host_config)),
+    )  # fmt: skip
+    assert cluster.ensure_container(node, "kiln-node:abc", throttled) == "recreated"
+    assert calls[0] == ["rm", "--force", node.name] and calls[1][0] == "run"
+    lifted = {**host_config, "CpuQuota": -1}  # what `docker update --cpu-quota -1` leaves
+    assert cluster.resource_limits(lifted) == []
+    limits = {"CpuQuota": 0, "CpuPeriod": 0, "NanoCpus": 1500000000, "CpusetCpus": "0",
+              "Memory": 1 << 30}  # fmt: skip
+    assert cluster.resource_limits(limits) == ["1.5 CPUs", "CPUs 0", "memory 1024 MiB"]

@@ -8,7 +8,9 @@ root's ("task_g_set_affinity: Operation not permitted", "Slurmd could not execve
 systempaths=unconfined leaves /proc unmasked, as on a host: a rootless container in a job
 (crun under Slurm's OCI support) may then mount its own procfs, which the kernel refuses while
 parts of the outer /proc are covered. A container keeps the flags it was made with: one made
-with other flags (an older kiln's) is recreated, not reused (FLAGS_LABEL).
+with other flags (an older kiln's) is recreated, not reused (FLAGS_LABEL), and so is one left with
+a CPU or memory limit (a test that throttled a node and was killed before lifting it): kiln
+never sets one, and a reused node so limited fails every later burn-in.
 """
 
 from __future__ import annotations
@@ -47,6 +49,23 @@ class ContainerState:
     image_id: str  # what it runs, as an image ID, so a rebuilt tag is noticed
     role: str
     flags: str = FLAGS_DIGEST  # FLAGS_DIGEST of the flags it was made with
+    limits: tuple[str, ...] = ()  # resource_limits() of its HostConfig
+
+
+def resource_limits(host_config: dict) -> list[str]:
+    """The CPU and memory limits a container's HostConfig holds, in words (none: []).
+    A lifted quota reads -1 (`docker update --cpu-quota -1`), an unset one 0."""
+    found = []
+    quota, period = host_config.get("CpuQuota") or 0, host_config.get("CpuPeriod") or 100000
+    if quota > 0:
+        found.append(f"CPU quota {quota}/{period}")
+    if (host_config.get("NanoCpus") or 0) > 0:
+        found.append(f"{host_config['NanoCpus'] / 1e9:g} CPUs")
+    if host_config.get("CpusetCpus"):
+        found.append(f"CPUs {host_config['CpusetCpus']}")
+    if (host_config.get("Memory") or 0) > 0:
+        found.append(f"memory {host_config['Memory'] >> 20} MiB")
+    return found
 
 
 def network_create_command(internal: bool = False) -> list[str]:
@@ -112,6 +131,7 @@ def containers() -> list[ContainerState]:
                 image_id=info["Image"],
                 role=info["Config"]["Labels"].get(ROLE_LABEL, ""),
                 flags=info["Config"]["Labels"].get(FLAGS_LABEL, ""),
+                limits=tuple(resource_limits(info.get("HostConfig") or {})),
             )
         )
     return sorted(found, key=lambda c: (c.role != "controller", c.name))
@@ -126,6 +146,7 @@ def ensure_container(node: Node, image: str, existing: ContainerState | None) ->
     if existing is not None:
         if (
             existing.flags == FLAGS_DIGEST
+            and not existing.limits
             and existing.image_id == image_id(image)
             and existing.address in (node.address, "")
         ):

@@ -99,7 +99,10 @@ def up(
         cluster.remove_container(name)
     actions = {}
     for node in wanted:
-        actions[node.name] = cluster.ensure_container(node, img.tag, existing.get(node.name))
+        found = existing.get(node.name)
+        if found is not None and found.limits:
+            progress(f"{node.name}: left with {', '.join(found.limits)} (kiln sets none)")
+        actions[node.name] = cluster.ensure_container(node, img.tag, found)
         progress(f"{node.name}: {actions[node.name]}")
 
     ssh.ensure_keypair(paths.private_key)
