@@ -208,6 +208,12 @@ def test_through_a_receptor_mesh_a_lost_worker_hands_its_shard_to_the_other(
     inventory = copy_inventory(sandbox, tmp_path / "mesh", rollout, extra_hosts=_workers(sandbox))
     client = tmp_path / "receptor"
     set_up_mesh(inventory, client)
+    # The worker reimaged (an RMA, a reinstall): a new key under the same name, while the hub
+    # keeps the certificate it signed for the old one. Handed that, Receptor would refuse to
+    # start ("private key does not match public key"); the new request is signed instead.
+    worker = sandbox.nodes[-1].name
+    subprocess.run(["docker", "exec", worker, "rm", "-rf", "/etc/receptor/tls"], check=True)
+    set_up_mesh(inventory, client)
     again = set_up_mesh(inventory, client)
     assert "changed=0" in again.split("PLAY RECAP")[-1], again[-2000:]  # nothing to change
     socket = f"tls://{hub_address(sandbox.inventory, 'kiln-ctl')}:{HUB_CONTROL_PORT}"
