@@ -26,6 +26,7 @@ from kiln.burnin.judge import judge_run
 from kiln.inventory import require_valid
 from kiln.judging.compact_table import read_table
 from kiln.records.burnin_compact import load_compact
+from kiln.records.documents import RunDocuments
 from kiln.state.controller import DEFAULT_DIR as STATE_DIR
 from kiln.state.lifecycle import LOG as LIFECYCLE_LOG
 
@@ -115,6 +116,8 @@ def test_burnin_passes_then_drains_a_slowed_node_and_resumes_it(provisioned_sand
     record = Path(doc["record"])
     for name in ("run.json", "report.json", "report.xml", "report.html"):
         assert (record / name).is_file(), name
+    # The result lines were made on the nodes, from the library the burnin stage installed.
+    assert "sent no result lines" not in stderr, stderr[-4000:]
     assert "No reservations" in _on_controller(cluster, "scontrol show reservation")
 
     # 2. One node slowed to 5 % of a core: flagged by name, drained with kiln's reason.
@@ -144,9 +147,9 @@ def test_burnin_passes_then_drains_a_slowed_node_and_resumes_it(provisioned_sand
     assert slow in _on_controller(cluster, "sinfo -R --noheader --format='%N|%E'")
     assert "No reservations" in _on_controller(cluster, "scontrol show reservation")
     # The collection's compact file holds every node's GEMM and the all-reduce, and judging
-    # the record through it gives the report its own files give (the slowed node's drain too).
+    # the record through it gives the report its documents give (the slowed node's drain too).
     record = Path(doc["record"])
-    table = read_table((record / "results.compact").read_bytes())  # blocks of columns
+    table = read_table((record / "results.compact").read_bytes(), None)  # a line per result
     assert set(nodes) <= set(table.gemm) and "fabric-ring" in table.allreduce
     assert load_compact(record) is not None  # the whole run: judged from the columns
     packed = judge_run(record, cluster).to_dict()
@@ -240,8 +243,9 @@ def test_a_busy_node_is_not_tested_and_stays_in_service_then_wait_tests_it(
         assert doc["report"]["not_tested"] == doc["not_tested"]
         assert f"job {job}" in stderr and "not tested (busy)" in stderr
         record = Path(doc["record"])
-        assert json.loads((record / "gemm" / f"{free}.json").read_text())["host"] == free
-        assert not (record / "gemm" / f"{busy}.json").exists()
+        documents = RunDocuments(record)
+        assert json.loads(documents.text(f"gemm/{free}.json"))["host"] == free
+        assert documents.text(f"gemm/{busy}.json") is None
         state = _on_controller(cluster, f"scontrol show node {busy}")
         assert "DRAIN" not in state, state  # stays in service
         assert _slurm(cluster, f"squeue --noheader -j {job} -o %T")[1] == "RUNNING"
@@ -267,5 +271,5 @@ def test_a_busy_node_is_not_tested_and_stays_in_service_then_wait_tests_it(
     assert waiting and busy in waiting[0] and f"job {job}" in waiting[0], stderr[-4000:]
     record = Path(doc["record"])
     for node in nodes:
-        assert json.loads((record / "gemm" / f"{node}.json").read_text())["host"] == node
+        assert json.loads(RunDocuments(record).text(f"gemm/{node}.json"))["host"] == node
     print(f"burn-in with --wait: {waited:.0f}s")

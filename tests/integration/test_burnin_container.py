@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from kiln.inventory.containers_spec import bundle_path
+from kiln.records.documents import RunDocuments
 from kiln.sandbox import config
 from kiln.sandbox.image import image_tag
 from registry_server import running_registry
@@ -112,7 +113,7 @@ def test_burnin_runs_its_workloads_in_the_declared_image(
     assert code == 0 and outcome["passed"] is True, outcome
     record = state / "runs" / outcome["run_id"]
     assert json.loads((record / "run.json").read_text())["container"] == image
-    ring = json.loads((record / "allreduce" / "fabric-ring.json").read_text())
+    ring = json.loads(RunDocuments(record).text("allreduce/fabric-ring.json"))
     assert ring["container"] == [f"--container={bundle}"]
     assert sorted(ring["hosts"]) == NODES  # both nodes' ranks, each seeing its node's name
     for node in NODES:

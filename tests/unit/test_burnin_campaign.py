@@ -16,6 +16,7 @@ from kiln.inventory import require_valid
 from kiln.judging.model import BurninReport
 from kiln.slurmctl import commands
 from kiln.slurmctl.remote import Step
+from node_fetch import node_answer
 from slurm_doubles import Drains
 
 SANDBOX = Path(__file__).resolve().parents[2] / "inventories" / "sandbox"
@@ -142,7 +143,7 @@ def test_infiniband_nodes_are_read_before_and_after_and_their_rails_run_in_round
                 ports = (after if phase == "after" else {}).get(node.name, HEALTHY)
                 text = dump(tmp_path / "sysfs" / node.name / phase, ports)
             else:  # the fetch of results
-                text = json.dumps(fetched(node.name))
+                text = node_answer(fetched(node.name))
             results.append(NodeResult(node.name, node.address, CommandOutcome.OK, 0, text))
         return results
 
@@ -246,7 +247,7 @@ def test_the_command_composes_install_run_judge_and_report(tmp_path, monkeypatch
         steps.append(f"install {','.join(names)}")
 
     def over_ssh(group, command):  # every node answers the fetch with no results
-        return [NodeResult(n.name, n.address, CommandOutcome.OK, 0, "{}") for n in group]
+        return [NodeResult(n.name, n.address, CommandOutcome.OK, 0, node_answer({})) for n in group]
 
     ctl = Slurm({nodes[0]: QUARANTINED, nodes[1]: "bad DIMM; kiln: said so"})
     monkeypatch.setenv("KILN_HOME", str(tmp_path / "state"))
@@ -332,13 +333,12 @@ class Slurm(Drains):
 
 def results_from(monkeypatch, files: dict[str, dict[str, str]]) -> None:
     """What each node's fetch returns: node -> {record path: text} (results it holds)."""
-    import json
 
     from kiln.fleet import CommandOutcome, NodeResult
 
     def over_ssh(group, command):
         return [
-            NodeResult(n.name, n.address, CommandOutcome.OK, 0, json.dumps(files.get(n.name, {})))
+            NodeResult(n.name, n.address, CommandOutcome.OK, 0, node_answer(files.get(n.name, {})))
             for n in group
         ]
 
@@ -579,7 +579,7 @@ def test_a_drain_placed_during_the_run_survives_it(tmp_path, monkeypatch):
 
     def meanwhile(group, command):  # the fetch of results, after the jobs ran
         ctl.reasons.update({NODE2: operator, NODE1: health})
-        return [NodeResult(n.name, n.address, CommandOutcome.OK, 0, "{}") for n in group]
+        return [NodeResult(n.name, n.address, CommandOutcome.OK, 0, node_answer({})) for n in group]
 
     from kiln.fleet import CommandOutcome, NodeResult
 
@@ -708,7 +708,7 @@ def test_the_pairwise_pass_asks_the_locators_rounds_and_drains_only_the_slow_nod
                     slow = "kiln-node04" in hosts_in and len(hosts_in) == 2
                     files[f"allreduce/{job}.json"] = allreduce(hosts_in, 1.0 if slow else 100.0)
                     returned.add(job)
-            text = json.dumps(files)
+            text = node_answer(files)
             out.append(NodeResult(node.name, node.address, CommandOutcome.OK, 0, text))
         return out
 

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from captures import shared_capture
-from kiln.burnin.collect import store
 from kiln.burnin.nccl_tests import complete, complete_text
 from kiln.burnin.workloads import workload_path
 from kiln.judging.results import allreduce_from_doc
 from kiln.parsers import ParseError
-from kiln.records.burnin import RunLayout
+from kiln.records.documents import RunDocuments
+from node_fetch import collect_here
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 REAL = FIXTURES / "real" / "nccl-tests-all_reduce_perf"
@@ -345,11 +345,11 @@ def test_complete_leaves_torch_documents_and_garbage_alone():
     assert "rows" not in doc and doc["error"].startswith("nccl-tests output unreadable")
 
 
-def test_collection_completes_the_document_it_stores(tmp_path):
-    layout = RunLayout(tmp_path)
+@pytest.mark.parametrize("library", [True, False], ids=["on-the-node", "on-the-controller"])
+def test_collection_completes_the_document_it_stores(tmp_path, library):
     raw = json.dumps(launch_doc(OCI_2NODE.read_text()))
-    store(layout, "inst-li3ob-ao-ub24", "allreduce/fabric-ring.json", raw)
-    stored = json.loads(layout.allreduce("fabric-ring").read_text())
+    collect_here(tmp_path, {"allreduce/fabric-ring.json": raw}, library=library)
+    stored = json.loads(RunDocuments(tmp_path).text("allreduce/fabric-ring.json"))
     assert stored["implementation"] == "nccl-tests" and stored["verdict_busbw_gbs"] == 191.76
     assert stored["output"] == OCI_2NODE.read_text()  # the tool's own words stay in the record
 

@@ -1,58 +1,65 @@
-"""The compact result file (kiln.judging.compact): what collect appends beside each result's
-own file, and what load_run reads first. The contract: a run record judged through its compact
-file gives the same results and the same report as judged from its files, line for line;
-a result the compact file cannot hold, or a compact file that is damaged, is read from its file,
-so nothing is skipped and no failure is hidden."""
+"""The compact result file (kiln.judging.compact) and the documents file beside it
+(kiln.records.documents), as a collection writes them: the lines made on the node by kiln's
+own fetch program, or by the controller where the node has no library. The contract: a run
+record judged from its lines gives the same report as judged from its documents, line for
+line; a result no line can hold, a damaged file or a collection cut short is judged from the
+documents, so nothing is skipped and no failure is hidden."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from kiln.burnin.collect import append_compact, store
+from kiln.burnin import collect
 from kiln.burnin.judge import judge_run
 from kiln.inventory import require_valid
 from kiln.judging import compact
-from kiln.judging.results import (
-    AllreduceResult,
-    BandwidthRow,
-    PackedRows,
-    allreduce_from_doc,
-)
-from kiln.judging.thresholds import FABRIC_BYTES
-from kiln.records.burnin import RunLayout, load_run
+from kiln.judging.compact_table import read_table
+from kiln.records.burnin import load_run
+from kiln.records.burnin_compact import load_compact
+from kiln.records.documents import FILENAME as DOCUMENTS
+from kiln.records.documents import Frame, RunDocuments, append_frames
+from node_fetch import collect_here, fetch_here
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "burnin"
 
 
-def _with_compact(src: Path, tmp_path: Path) -> Path:
-    """A copy of a fixture run record plus the compact file collect would have written."""
-    run = tmp_path / "run"
-    shutil.copytree(src, run)
-    layout = RunLayout(run)
-    lines = [
-        store(layout, "n", f"{kind}/{path.name}", path.read_text(encoding="utf-8"))
+def _documents(src: Path) -> dict[str, str]:
+    return {
+        f"{kind}/{path.name}": path.read_text(encoding="utf-8")
         for kind in ("gemm", "allreduce")
-        for path in sorted((run / kind).glob("*.json"))
-    ]
-    append_compact(layout, lines)
-    return run
+        for path in sorted((src / kind).glob("*.json"))
+    }
 
 
+def _collected(src: Path, tmp_path: Path, *, library: bool | bytes = True) -> tuple[Path, list]:
+    """The fixture's run record as a collection writes it: its manifest, documents and lines."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    shutil.copy(src / "run.json", run / "run.json")
+    said = collect_here(run, _documents(src), library=library)
+    return run, said
+
+
+@pytest.mark.parametrize("library", [True, False], ids=["lines-from-the-node", "lines-made-here"])
 @pytest.mark.parametrize("fixture", ["gpu8", "cpu2"])
-def test_compact_record_reads_and_judges_like_its_files(fixture, tmp_path):
+def test_a_collected_record_reads_and_judges_like_its_documents(fixture, library, tmp_path):
     src = FIXTURES / fixture / "run"
-    run = _with_compact(src, tmp_path)
-    text = (run / compact.FILENAME).read_text()
-    assert text.startswith(compact.HEADER)
+    run, said = _collected(src, tmp_path, library=library)
+    assert not (run / "gemm").exists() or not list((run / "gemm").iterdir())  # no file each
+    assert (run / compact.FILENAME).read_text().startswith(compact.HEADER)
+    assert bool(said) is not library  # where the node had no library, collect says so
     files, packed = load_run(src), load_run(run)
     assert packed.gemm == files.gemm
     assert packed.allreduce == files.allreduce
     assert packed.missing_jobs == files.missing_jobs
-    assert [a.rows for a in packed.allreduce] == [a.rows for a in files.allreduce]
     cluster = require_valid(FIXTURES / fixture / "inventory")
+    assert load_compact(run) is not None  # the whole run: judged from the lines
     expected = judge_run(src, cluster).to_dict()
     got = judge_run(run, cluster).to_dict()
     expected.pop("run_id"), got.pop("run_id")
@@ -61,22 +68,44 @@ def test_compact_record_reads_and_judges_like_its_files(fixture, tmp_path):
         assert got["summary"]["drain"], "the fixture has failing nodes: the contract covers them"
 
 
-def test_the_compact_file_is_what_is_read(tmp_path):
-    """With the compact file present, a result is read from it, not from its file."""
-    run = _with_compact(FIXTURES / "gpu8" / "run", tmp_path)
-    for path in (run / "allreduce").glob("*.json"):
-        path.write_text("garbage")
-    (run / "gemm" / "gpu001.json").unlink(missing_ok=True)
-    files = load_run(FIXTURES / "gpu8" / "run")
-    packed = load_run(run)
-    assert packed.allreduce == files.allreduce and packed.gemm == files.gemm
+def test_the_node_makes_the_lines_and_the_controller_parses_nothing(tmp_path, monkeypatch):
+    def parse(_documents):
+        raise AssertionError("the controller parsed a document the node had read")
+
+    monkeypatch.setattr(collect, "result_lines", parse)
+    run, said = _collected(FIXTURES / "gpu8" / "run", tmp_path)
+    assert said == []
+    assert load_compact(run) is not None
+
+
+def test_another_kilns_library_is_not_run_and_the_lines_are_made_here(tmp_path):
+    zip_, _digest = collect.library_zip()
+    other = zip_.replace(b"DIGEST", b"DIGESU")  # a library without this kiln's digest
+    run, said = _collected(FIXTURES / "gpu8" / "run", tmp_path, library=other)
+    assert said == ["1 node(s) sent no result lines (KeyError: \"There is no item named "
+                    "'DIGEST' in the archive\", e.g. n1): made here"]  # fmt: skip
+    assert load_compact(run) is not None
+
+
+def test_the_library_needs_only_the_standard_library_and_is_the_same_each_time(tmp_path):
+    data, digest = collect.library_zip()
+    collect.library_zip.cache_clear()
+    assert collect.library_zip() == (data, digest)  # fixed dates: a re-install changes nothing
+    (tmp_path / "lib.zip").write_bytes(data)
+    program = (
+        "import sys; sys.path.insert(0, sys.argv[1]); "
+        "from kiln.burnin.node_results import result_lines; "
+        "print(result_lines({'gemm/n1.json': ''})[1], end=''); "
+        "print(sorted(m.split('.')[0] for m in sys.modules if m.startswith('kiln'))[0])"
+    )
+    done = subprocess.run(["python3", "-I", "-S", "-c", program, str(tmp_path / "lib.zip")],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    assert done.stdout == 'E\tn1\tgemm\t"empty output"\nkiln\n'
 
 
 def test_unreadable_documents_fail_the_same_way(tmp_path):
     run = tmp_path / "run"
-    layout = RunLayout(run)
-    (run / "gemm").mkdir(parents=True)
-    (run / "allreduce").mkdir()
+    run.mkdir()
     docs = {
         "gemm/empty.json": "",
         "gemm/notjson.json": "{",
@@ -84,109 +113,99 @@ def test_unreadable_documents_fail_the_same_way(tmp_path):
         "allreduce/node-x.json": '{"kind": "allreduce", "rows": []}',
         "allreduce/node-y.json": "  \n",
     }
-    for rel, text in docs.items():
-        (run / rel).write_text(text)
-    files = load_run(run)
-    append_compact(layout, [store(layout, "x", rel, text) for rel, text in docs.items()])
-    assert all(line.startswith("E\t") for line in (run / compact.FILENAME).read_text().split(
-        "\n")[1:-1])  # fmt: skip
-    packed = load_run(run)
-    assert packed.gemm == files.gemm
-    assert packed.missing_jobs == files.missing_jobs
-    assert {n.reason for n in packed.gemm.values()} >= {
-        "no result: job timed out or crashed (empty output)"
+    collect_here(run, docs)
+    lines = (run / compact.FILENAME).read_text().split("\n")[1:-1]
+    assert len(lines) == 5 and all(line.startswith("E\t") for line in lines)
+    loaded = load_run(run)
+    table = read_table((run / compact.FILENAME).read_bytes(), None)
+    assert table.gemm["empty"] == loaded.gemm["empty"].reason
+    assert table.gemm["empty"] == "no result: job timed out or crashed (empty output)"
+    assert {f"allreduce/{j}": r for j, r in table.allreduce.items()} == {
+        m.name: m.reason for m in loaded.missing_jobs
     }
 
 
-def test_a_damaged_compact_file_falls_back_to_the_files(tmp_path):
-    run = _with_compact(FIXTURES / "gpu8" / "run", tmp_path)
+def test_a_damaged_compact_file_falls_back_to_the_documents(tmp_path):
+    run, _ = _collected(FIXTURES / "gpu8" / "run", tmp_path)
     path = run / compact.FILENAME
     path.write_text(path.read_text() + "A\tbroken-line\n")
     with pytest.raises(compact.ResultError, match="line"):
-        compact.decode(path.read_text())
-    files = load_run(FIXTURES / "gpu8" / "run")
-    assert load_run(run).gemm == files.gemm  # from the files: the same results
+        read_table(path.read_bytes(), None)
+    assert load_compact(run) is None
+    cluster = require_valid(FIXTURES / "gpu8" / "inventory")
+    src = FIXTURES / "gpu8" / "run"
+    got, expected = judge_run(run, cluster).to_dict(), judge_run(src, cluster).to_dict()
+    expected.pop("run_id"), got.pop("run_id")
+    assert got == expected  # from the documents: the same report
 
 
-def test_results_missing_from_the_compact_file_are_read_from_their_files(tmp_path):
-    """collect stopped between storing the files and appending the lines: nothing is lost."""
-    run = _with_compact(FIXTURES / "gpu8" / "run", tmp_path)
+def test_a_collection_killed_between_documents_and_lines_is_judged_from_the_documents(tmp_path):
+    """collect writes the documents, then the lines: killed between, the documents without
+    lines are read, never a smaller run."""
+    run, _ = _collected(FIXTURES / "gpu8" / "run", tmp_path)
     path = run / compact.FILENAME
-    kept = [line for line in path.read_text().split("\n") if "node-" not in line]
-    path.write_text("\n".join(kept))
-    files = load_run(FIXTURES / "gpu8" / "run")
-    packed = load_run(run)
+    path.write_text("".join(line for line in path.read_text().splitlines(keepends=True)
+                            if "node-" not in line))  # fmt: skip
+    assert load_compact(run) is None
+    files, packed = load_run(FIXTURES / "gpu8" / "run"), load_run(run)
     assert sorted(a.job for a in packed.allreduce) == sorted(a.job for a in files.allreduce)
-    assert set(packed.allreduce) == set(files.allreduce)
 
 
-def test_names_and_hosts_the_format_cannot_hold_are_left_to_their_files():
-    doc = '{"kind": "allreduce", "hosts": ["a,b"], "world_size": 1, "rows": [], ' \
-        '"verdict_bytes": 1, "verdict_busbw_gbs": 1.0}'  # fmt: skip
-    assert compact.encode("allreduce", "node-a", doc) == ""
+def test_a_documents_file_cut_short_keeps_what_came_before_and_takes_more(tmp_path):
+    append_frames(tmp_path, [Frame.of("n1", {"gemm/n1.json": "one"}),
+                             Frame.of("n2", {"gemm/n2.json": "two"})])  # fmt: skip
+    path = tmp_path / DOCUMENTS
+    path.write_bytes(path.read_bytes()[:-3])  # killed while writing the second frame
+    assert RunDocuments(tmp_path).names("gemm") == {"n1"}
+    append_frames(tmp_path, [Frame.of("n2", {"gemm/n2.json": "again"})])
+    docs = RunDocuments(tmp_path)
+    assert (docs.text("gemm/n1.json"), docs.text("gemm/n2.json")) == ("one", "again")
+    (tmp_path / "gemm").mkdir()
+    (tmp_path / "gemm" / "n3.json").write_text("an older kiln's file")
+    assert docs.names("gemm") == {"n1", "n2", "n3"}
+    assert docs.text("gemm/n3.json") == "an older kiln's file"
+    with pytest.raises(ValueError, match="tab or newline"):
+        append_frames(tmp_path, [Frame.of("n4", {"gemm/n\t4.json": "x"})])
+
+
+def test_names_and_hosts_no_line_can_hold_are_judged_from_the_documents(tmp_path):
+    doc = ('{"kind": "allreduce", "hosts": ["a,b"], "world_size": 1, "rows": [], '
+           '"verdict_bytes": 1, "verdict_busbw_gbs": 1.0}')  # fmt: skip
+    assert compact.encode("allreduce", "node-a", doc) == "R\tnode-a\tallreduce\n"
     assert compact.encode("gemm", "bad\tname", "{}") == ""
+    run, _ = _collected(FIXTURES / "gpu8" / "run", tmp_path)
+    with (run / compact.FILENAME).open("a") as f:
+        f.write("R\tfabric-ring\tallreduce\n")
+    assert load_compact(run) is None
+
+
+def test_a_name_with_a_tab_is_dropped_on_the_node_and_said(tmp_path):
+    stdout = fetch_here({"gemm/bad\tname.json": "{}", "gemm/n1.json": ""}, tmp_path)
+    sent = json.loads(stdout)
+    assert sent["dropped"] == ["gemm/bad\tname.json"] and sent["names"] == ["gemm/n1.json"]
 
 
 def test_a_later_line_replaces_an_earlier_one(tmp_path):
-    layout = RunLayout(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
     doc = (
         '{"kind": "allreduce", "hosts": ["n1"], "world_size": 8, "correct": %s, '
         '"rows": [{"bytes": 8, "busbw_gbs": 1.5, "algbw_gbs": 1.0, "time_us": 2.0}], '
         '"verdict_bytes": 8, "verdict_busbw_gbs": 1.5}'
     )
-    append_compact(layout, [compact.encode("allreduce", "node-n1", doc % "true")])
-    append_compact(layout, [compact.encode("allreduce", "node-n1", doc % "false")])
-    text = (tmp_path / compact.FILENAME).read_text()
-    assert text.count(compact.HEADER) == 1
-    assert compact.decode(text).allreduce["node-n1"].correct is False
+    collect_here(run, {"allreduce/node-n1.json": doc % "true"})
+    collect_here(run, {"allreduce/node-n1.json": doc % "false"})
+    text = (run / compact.FILENAME).read_text()
+    assert text.count(compact.HEADER) == 1 and text.count("\n") == 3
+    assert read_table(text.encode(), None).allreduce["node-n1"].correct == "0"
+    assert load_run(run).allreduce[0].correct is False  # the later document too
 
 
-def test_packed_rows_decode_to_the_same_rows_and_row_at_size():
-    rows = [[1 << s, 10.0 + s, 5.0, 1.5] for s in (20, 30, 33)]
-    keys = ("bytes", "busbw_gbs", "algbw_gbs", "time_us")
-    doc = {
-        "kind": "allreduce", "hosts": ["a", "b"], "world_size": 16, "verdict_bytes": 1 << 33,
-        "verdict_busbw_gbs": 43.0, "correct": True, "nccl_algo": "Ring",
-        "rows": [dict(zip(keys, r, strict=True)) for r in rows],
-    }  # fmt: skip
-    plain = allreduce_from_doc("pair-r0-a--b", doc)
-    import json
-
-    packed = compact.decode(compact.HEADER + compact.encode("allreduce", "pair-r0-a--b",
-                                                            json.dumps(doc)))  # fmt: skip
-    result = packed.allreduce["pair-r0-a--b"]
-    assert isinstance(result, AllreduceResult) and isinstance(result.rows, PackedRows)
-    assert result == plain and hash(result) == hash(plain)
-    assert result.busbw_at(FABRIC_BYTES) == plain.busbw_at(FABRIC_BYTES) == (FABRIC_BYTES, 43.0)
-    assert result.busbw_at(1 << 30) == plain.busbw_at(1 << 30) == (1 << 30, 40.0)
-    assert list(result.rows) == [BandwidthRow(b, bus, alg, t) for b, bus, alg, t in rows]
-    doc["rows"] = doc["rows"][:2]  # no row at FABRIC_BYTES: the verdict's figure, as before
-    again = compact.decode(compact.HEADER + compact.encode("allreduce", "j", json.dumps(doc)))
-    plain = allreduce_from_doc("j", doc)
-    assert again.allreduce["j"].busbw_at(FABRIC_BYTES) == plain.busbw_at(FABRIC_BYTES)
-
-
-def test_a_result_stored_after_the_compact_file_is_read_and_a_missing_one_fails(tmp_path):
-    """The loader lists a result directory only when an entry was added there after the compact
-    file's last lines (collect cut short); a submitted job with no result is still a failure."""
-    import json
-    import os
-
-    run = _with_compact(FIXTURES / "gpu8" / "run", tmp_path)
-    manifest = json.loads((run / "run.json").read_text())
-    manifest["allreduce_jobs"] = [*manifest.get("allreduce_jobs", []), "node-never-ran"]
-    (run / "run.json").write_text(json.dumps(manifest))
-    src = run / "allreduce" / "fabric-ring.json"
-    late = run / "allreduce" / "late-extra.json"
-    late.write_text(src.read_text())
-    past = (run / compact.FILENAME).stat().st_mtime_ns - 10**9  # however coarse the clock
-    os.utime(run / compact.FILENAME, ns=(past + 2, past + 2))
-    os.utime(run / "allreduce", ns=(past + 5, past + 5))  # the late file came after
-    loaded = load_run(run)
-    assert "late-extra" in {a.job for a in loaded.allreduce}
-    missing = {j.name: j.reason for j in loaded.missing_jobs}
-    assert missing["allreduce/node-never-ran"] == "no result: job timed out or crashed (no output)"
-    os.utime(run / "allreduce", ns=(past, past))  # nothing added since: no listing, same runs
-    again = load_run(run)
-    assert {j.name for j in again.missing_jobs} == set(missing)
-    assert "late-extra" not in {a.job for a in again.allreduce}  # the listing was skipped
+def test_an_older_file_is_set_aside_when_a_newer_kiln_appends(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / compact.FILENAME).write_text('#kiln-results 3\nE\tn1\tgemm\t"old"\n')
+    collect_here(run, {"gemm/n2.json": ""})
+    assert (run / compact.FILENAME).read_text().startswith(compact.HEADER)
+    assert (run / f"{compact.FILENAME}.old").read_text().startswith("#kiln-results 3")
+    os.remove(run / f"{compact.FILENAME}.old")

@@ -1,9 +1,10 @@
 """One judging path (kiln.judging.analysis.judge_results over a ResultTable), over a generated
 fleet with every fault a site sees: each fault gives exactly its verdicts, and nothing else
-fails. The two readers that fill the table (the run's compact file, and each result's own file
+fails. The two readers that fill the table (the run's compact file, and each result's document
 when that is missing or damaged) fill it alike. And the cases a site throws at the compact file
 (cut short by a crash, a line with a wrong column count, a file of an older kiln, a result with
-no line) never pass a GPU whose result is unreadable: the results are read from their files."""
+no line) never pass a GPU whose result is unreadable: the results are read from their
+documents. Records are written by kiln's own fetch program and collection (node_fetch)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from kiln.burnin.collect import append_compact, store
 from kiln.burnin.judge import judge_run
 from kiln.examples import write_example
 from kiln.inventory import require_valid
@@ -23,8 +23,9 @@ from kiln.judging.compact_table import read_table
 from kiln.judging.pairs import pair_schedule
 from kiln.judging.results import NO_RESULT
 from kiln.judging.table import ResultTable
-from kiln.records.burnin import RunLayout, load_run, write_manifest
+from kiln.records.burnin import load_run, write_manifest
 from kiln.records.burnin_compact import load_compact
+from node_fetch import collect_here
 
 NODES = 24
 _ALLREDUCE = (
@@ -121,10 +122,9 @@ def _record(tmp_path: Path, cluster, gemm, jobs, not_tested=None) -> Path:
     nodes = [n.name for n in cluster.compute]
     write_manifest(run, run_id="r1", suite="quick", cluster=cluster.name, nodes=nodes,
                    allreduce_jobs=[*jobs, "node-never-ran"], not_tested=not_tested)  # fmt: skip
-    layout = RunLayout(run)
-    lines = [store(layout, n, f"gemm/{n}.json", text) for n, text in gemm.items()]
-    lines += [store(layout, "", f"allreduce/{j}.json", text) for j, text in jobs.items()]
-    append_compact(layout, lines)
+    documents = {f"gemm/{n}.json": text for n, text in gemm.items()}
+    documents.update({f"allreduce/{j}.json": text for j, text in jobs.items()})
+    collect_here(run, documents)
     return run
 
 
@@ -195,7 +195,7 @@ def test_the_compact_file_and_the_result_files_fill_the_table_alike(cluster, tmp
     gemm, jobs = _fleet(cluster)
     run = _record(tmp_path, cluster, gemm, jobs)
     from_columns = load_compact(run).table
-    (run / compact.FILENAME).unlink()  # each result read from its own file
+    (run / compact.FILENAME).unlink()  # each result read from its document
     loaded = load_run(run)
     from_files = ResultTable.from_records(loaded.gemm, loaded.allreduce, loaded.missing_jobs)
     for node, row in from_files.gemm.items():  # rows, and why a node has no result
@@ -205,7 +205,7 @@ def test_the_compact_file_and_the_result_files_fill_the_table_alike(cluster, tmp
             assert (f"allreduce/{job}", row) in from_files.missing
         else:
             assert from_files.allreduce[job] == row, job
-    node = cluster.compute[2].name  # not clean: its record, from the line's JSON or the file
+    node = cluster.compute[2].name  # not clean: its record, from its document either way
     assert from_columns.gemm_record(node) == from_files.gemm_record(node)
     assert _by_records(run, cluster) == judge_run(run, cluster).to_dict()
 
@@ -219,19 +219,11 @@ def _damaged(run: Path, how: str, gemm: dict, jobs: dict) -> None:
         lines = text.split("\n")
         lines[3] = lines[3].replace("\t", " ", 1)
         path.write_text("\n".join(lines))
-    elif how == "older kiln":  # format 2: one line per result, a G line holds its JSON only
-        old = []
-        for kind, docs in (("gemm", gemm), ("allreduce", jobs)):
-            for name, doc in docs.items():
-                line = compact.encode(kind, name, doc)
-                if line.startswith("G\t"):
-                    line = f"G\t{name}\t{line.split(chr(9))[-1]}"
-                old.append(line)
-        path.write_text("#kiln-results 2\n" + "".join(old))
+    elif how == "older kiln":  # format 3's header: lines kiln no longer reads
+        path.write_text(text.replace(compact.HEADER, "#kiln-results 3\n", 1))
     elif how == "a result without its line":
-        block = compact.pack([compact.encode("allreduce", j, d) for j, d in jobs.items()
-                              if not j.startswith("pair-r1-")])  # fmt: skip
-        path.write_text(text[: text.index("B\tA\t")] + block + text[text.index("B\tG\t") :])
+        path.write_text("".join(line for line in text.splitlines(keepends=True)
+                                if not line.startswith("A\tpair-r1-")))  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -249,17 +241,16 @@ def test_a_damaged_or_older_compact_file_falls_back_and_judges_the_same(cluster,
 def test_table_names_the_line_it_cannot_read():
     head = compact.HEADER.encode()
     with pytest.raises(compact.ResultError, match="line 2"):
-        read_table(head + b"G\tn1\thost\t1\t\t1.0\n")
+        read_table(head + b"G\tn1\thost\t1\t1.0\n", None)
     with pytest.raises(compact.ResultError, match="line 2: cut short"):
-        read_table(head + b'E\tn1\tgemm\t"x"')
-    with pytest.raises(compact.ResultError, match="format 3"):
-        read_table(b"#kiln-results 2\n")
+        read_table(head + b'E\tn1\tgemm\t"x"', None)
+    with pytest.raises(compact.ResultError, match="format 4"):
+        read_table(b"#kiln-results 3\n", None)
     lines = [compact.encode("allreduce", f"node-n{i}", _ALLREDUCE % i) for i in range(3)]
-    block = compact.pack(lines).encode()
-    assert read_table(head + block).allreduce_record("node-n2").rows[0].busbw_gbs == 1.5
-    for torn in (block[: block.rindex(b"\t")] + b"\n", block.replace(b"\tnode-n1\t", b"\t", 1)):
-        with pytest.raises(compact.ResultError, match="line 2: block of 3 A results"):
-            read_table(head + torn)
+    table = read_table(head + "".join(lines).encode(), None)
+    assert table.allreduce["node-n2"].busbw_at_fabric() == (8, 1.5)
+    with pytest.raises(compact.ResultError, match="line 3: kind 'A' with 11 fields"):
+        read_table(head + "".join(lines).replace("\tnode-n1\t", "\t", 1).encode(), None)
 
 
 def test_a_value_that_does_not_parse_falls_back_to_the_records(cluster, tmp_path):
@@ -272,11 +263,3 @@ def test_a_value_that_does_not_parse_falls_back_to_the_records(cluster, tmp_path
     path.write_text(path.read_text() + "\t".join(fields))
     report = judge_run(run, cluster)  # the records path: decode fails, the files are read
     assert report.to_dict() == _by_records(run, cluster)
-
-
-def test_an_older_file_is_set_aside_when_a_newer_kiln_appends(tmp_path):
-    layout = RunLayout(tmp_path)
-    (tmp_path / compact.FILENAME).write_text('#kiln-results 2\nE\tn1\tgemm\t"old"\n')
-    append_compact(layout, [compact.encode("gemm", "n2", "")])
-    assert (tmp_path / compact.FILENAME).read_text().startswith(compact.HEADER)
-    assert (tmp_path / f"{compact.FILENAME}.old").read_text().startswith("#kiln-results 2")

@@ -20,7 +20,7 @@ from captures import shared_capture
 from kiln.burnin import judge_run
 from kiln.burnin.nccl_tests import complete
 from kiln.inventory import require_valid
-from kiln.judging.compact import HEADER, decode, encode, pack
+from kiln.judging.compact import HEADER, encode
 from kiln.judging.compact_table import read_table
 from kiln.judging.model import BurninReport
 from kiln.judging.results import allreduce_from_doc, implementation_of
@@ -110,14 +110,14 @@ def test_the_compact_record_keeps_the_library():
     }
     lines = [encode("allreduce", job, json.dumps(doc)) for job, doc in docs.items()]
     assert all(lines)
-    text = HEADER + pack(lines)
-    records = decode(text).allreduce
-    assert {job: records[job].label for job in docs} == {
-        "node-n1": "nccl-tests (NCCL 2.18.5+cuda12.2)",
-        "node-n2": "torch NCCL 2.26.2",
-        "cpu-n3": "gloo",
+    table = read_table((HEADER + "".join(lines)).encode(), None)
+    assert {job: table.allreduce[job].label for job in docs} == {
+        "node-n1": "allreduce (nccl-tests NCCL 2.18.5+cuda12.2)",
+        "node-n2": "allreduce (torch NCCL 2.26.2)",
+        "cpu-n3": "allreduce (torch gloo)",
     }
-    table = read_table(text.encode())
-    assert {job: table.allreduce[job][2] for job in docs} == {
+    records = {job: allreduce_from_doc(job, doc) for job, doc in docs.items()}
+    assert {job: table.allreduce[job].implementation for job in docs} == {
         job: records[job].implementation for job in docs
     }
+    assert records["node-n1"].label == "nccl-tests (NCCL 2.18.5+cuda12.2)"

@@ -66,6 +66,7 @@ from kiln.judging.thresholds import FABRIC_BYTES, fabric_floor, floors_for
 from kiln.parsers import ParseError
 from kiln.profiles import get_profile
 from kiln.records.burnin import RunLayout, manifest_entry, save_report, write_manifest
+from kiln.records.documents import RunDocuments
 from kiln.records.runs import RunRecord, runs_home
 from kiln.slurmctl import commands
 from kiln.slurmctl import leftovers as L
@@ -128,6 +129,7 @@ class _Campaign:
         self.queue = JobQueue(controller, progress, poll_seconds=options.poll_seconds, clock=time)
         self.queue.jobs = outcome.jobs
         self.layout = RunLayout(outcome.run_dir)
+        self.documents = RunDocuments(outcome.run_dir)  # read as each pairwise round ends
         self.reservation = J.reservation_name(outcome.run_id)
         self.nodes = {n: cluster.node(n) for n in outcome.nodes}
         self.ib_nodes = [n for n in outcome.nodes if self.nodes[n].ib_hcas]
@@ -371,7 +373,7 @@ class _Campaign:
         return self.out.pair_rounds
 
     def _result(self, name: str) -> AllreduceResult | None:
-        return P.result_of(self.layout.allreduce(name))
+        return P.result_of(name, self.documents.text(f"allreduce/{name}.json"))
 
     def _fabric_slow(self, name: str, members: list[str]) -> bool:
         return P.ring_slow(self._result(name), fabric_floor(self.cluster, members), name,

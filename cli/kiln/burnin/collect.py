@@ -1,29 +1,42 @@
 """Bringing a burn-in home: results and HCA readings from the nodes into the run record.
 
-    collect(nodes, paths, run_id, layout, progress)    # gemm/, allreduce/, ib/, logs/ per node
+    collect(nodes, paths, run_id, layout, progress)    # documents, lines, ib/, logs/ per node
     read_hcas(nodes, layout, "before", progress)       # {node: its /sys/class/infiniband dump}
+    library_zip()                                      # (bytes, digest): what the nodes run
 
 Over SSH (kiln.fleet), as root. A node that cannot be read is reported through `progress` and
 left out: its missing results are failures when the run is judged, never a smaller run.
-Each gemm and all-reduce result is stored as its own file and also appended, as one line, to
-the run's compact result file (kiln.judging.compact), which judging reads in one go.
+Each node sends its gemm and all-reduce documents as one compressed frame and their compact
+lines, made there (kiln.burnin.node_results, shipped as `library_zip`); the controller
+appends the frames to the run's documents file (kiln.records.documents) and then the lines to
+its compact file (kiln.judging.compact), parsing nothing. A node without the library sends
+its frame alone, and the controller makes its lines. Logs and InfiniBand reports are stored
+as files.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import io
 import json
 import shlex
+import zipfile
+import zlib
 from collections.abc import Callable
-from pathlib import PurePosixPath
+from functools import cache
+from pathlib import Path, PurePosixPath
 
 from kiln.burnin.jobs import Paths
-from kiln.burnin.nccl_tests import complete_text
+from kiln.burnin.node_results import EMPTY_PACKAGES, LIBRARY, result_lines
 from kiln.fabric.links import sysfs_dump_command
 from kiln.fleet import CommandOutcome, NodeResult
 from kiln.fleet import run_as_root as fleet_run_as_root
 from kiln.inventory import Node
 from kiln.judging import compact
 from kiln.records.burnin import RunLayout
+from kiln.records.documents import Frame, append_frames
 
 Progress = Callable[[str], None]
 TIMEOUT = 120.0
@@ -34,26 +47,70 @@ def run_as_root(nodes: list[Node], command: str) -> list[NodeResult]:
     return fleet_run_as_root(nodes, command, timeout=TIMEOUT).results
 
 
-def fetch_command(paths: Paths, run_id: str) -> str:
+@cache
+def library_zip() -> tuple[bytes, str]:
+    """The modules the nodes run at collection (node_results.LIBRARY) as one zip, and its
+    digest, which names this kiln's version of them: the same bytes for the same sources
+    (fixed dates), so installing it again changes nothing."""
+    root = Path(__file__).resolve().parent.parent  # the kiln package
+    members = {f"kiln/{rel}": (root / rel).read_bytes() for rel in LIBRARY}
+    members.update({f"kiln/{rel}": b"" for rel in EMPTY_PACKAGES})
+    digest = hashlib.sha256()
+    for name in sorted(members):
+        digest.update(name.encode() + b"\0" + members[name] + b"\0")
+    tag = digest.hexdigest()[:16]
+    members["DIGEST"] = tag.encode()
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for name in sorted(members):
+            z.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), members[name])
+    return out.getvalue(), tag
+
+
+# On a node: the run's documents (gemm/, allreduce/) as one zlib frame, with their compact
+# lines when this kiln's library is there (its DIGEST as the controller's), else none and
+# why; the other files (ib/ reports, logs) as they are; then the run's files removed.
+_FETCH = """\
+import base64,glob,json,os,sys,zlib
+root,run,logs,lib,digest=sys.argv[1:6]
+base=os.path.join(root,run)
+docs,files,dropped={},{},[]
+for b,dirs,names in os.walk(base):
+ for n in names:
+  if n.endswith('.tmp'): continue
+  p=os.path.join(b,n)
+  rel=os.path.relpath(p,base)
+  text=open(p,errors='replace').read()
+  k=rel.split('/')
+  if len(k)==2 and k[0] in ('gemm','allreduce') and k[1].endswith('.json'):
+   if any(c in rel for c in '\\t\\n\\r'): dropped.append(rel)
+   else: docs[rel]=text
+  else: files[rel]=text
+for p in glob.glob(os.path.join(logs,run+'-*.log')):
+ files['logs/'+os.path.basename(p)]=open(p,errors='replace').read()[-65536:]
+lines,why=None,''
+try:
+ import zipfile
+ if zipfile.ZipFile(lib).read('DIGEST').decode()!=digest: why='another kiln\\'s library'
+ else:
+  sys.path.insert(0,lib)
+  from kiln.burnin.node_results import result_lines
+  docs,lines=result_lines(docs)
+except Exception as e: why=type(e).__name__+': '+str(e)
+frame=base64.b64encode(zlib.compress(json.dumps(docs).encode(),6)).decode()
+json.dump({'names':list(docs),'frame':frame,'lines':lines,'why':why,'files':files,
+ 'dropped':dropped},sys.stdout)
+"""
+
+
+def fetch_command(paths: Paths, run_id: str, digest: str) -> str:
     """On a node: print this run's results and logs as one JSON object, then remove them."""
-    program = (
-        "import json,os,sys,glob\n"
-        "root,run,logs=sys.argv[1],sys.argv[2],sys.argv[3]\n"
-        "files={}\n"
-        "for base,dirs,names in os.walk(os.path.join(root,run)):\n"
-        " for n in names:\n"
-        "  if n.endswith('.tmp'): continue\n"
-        "  p=os.path.join(base,n)\n"
-        "  files[os.path.relpath(p,os.path.join(root,run))]=open(p,errors='replace').read()\n"
-        "for p in glob.glob(os.path.join(logs,run+'-*.log')):\n"
-        " files['logs/'+os.path.basename(p)]=open(p,errors='replace').read()[-65536:]\n"
-        "json.dump(files,sys.stdout)\n"
-    )
     run_dir = paths.run_dir(run_id)
     logs = f"{paths.results}/logs"
+    args = (paths.results, run_id, logs, paths.library, digest)
     return (
-        f"python3 -c {shlex.quote(program)} {shlex.quote(paths.results)} {shlex.quote(run_id)} "
-        f"{shlex.quote(logs)} && rm -rf {shlex.quote(run_dir)} {shlex.quote(logs)}/{run_id}-*.log"
+        f"python3 -c {shlex.quote(_FETCH)} {' '.join(map(shlex.quote, args))} "
+        f"&& rm -rf {shlex.quote(run_dir)} {shlex.quote(logs)}/{run_id}-*.log"
     )
 
 
@@ -61,29 +118,59 @@ def collect(
     nodes: list[Node], paths: Paths, run_id: str, layout: RunLayout, progress: Progress
 ) -> None:
     """Fetch every node's results of this run into the run record (and remove them there)."""
-    lines: list[str] = []
-    for res in run_as_root(nodes, fetch_command(paths, run_id)):
+    _zip, digest = library_zip()
+    sent = []
+    for res in run_as_root(nodes, fetch_command(paths, run_id, digest)):
         if res.status is not CommandOutcome.OK:
             progress(f"{res.name}: results not fetched ({res.status}: {res.error})")
             continue
+        sent.append((res.name, res.stdout))
+    store_fetched(layout, sent, progress)
+
+
+def store_fetched(layout: RunLayout, sent: list[tuple[str, str]], progress: Progress) -> None:
+    """What the nodes printed (node, stdout) into the record: their documents, then their
+    lines (a line is never written before its document), then their other files."""
+    frames, lines, parsed_here = [], [], {}
+    for node, stdout in sent:
         try:
-            files = json.loads(res.stdout)
-        except ValueError:
-            progress(f"{res.name}: unreadable results listing")
+            fetched = json.loads(stdout)
+            frame = Frame(node, tuple(fetched["names"]), base64.b64decode(fetched["frame"]))
+            made, files = fetched["lines"], dict(fetched["files"])
+        except (ValueError, KeyError, TypeError, binascii.Error):
+            progress(f"{node}: unreadable results listing")
             continue
+        for name in fetched.get("dropped") or ():
+            progress(f"{node}: {name!r} not kept (a tab or newline in its name)")
+        if not isinstance(made, str):  # no library there: its lines are made here
+            parsed_here.setdefault(str(fetched.get("why") or "no reason given"), []).append(node)
+            documents, made = result_lines(_inflate(frame))
+            frame = Frame.of(node, documents)
+        frames.append(frame)
+        lines.append(made)
         for rel, text in files.items():
-            lines.append(store(layout, res.name, rel, text))
-    append_compact(layout, lines)
+            store(layout, node, rel, text)
+    for why, names in parsed_here.items():
+        progress(f"{len(names)} node(s) sent no result lines ({why}, e.g. {names[0]}): made here")
+    append_frames(layout.root, frames)
+    append_compact(layout, "".join(lines))
 
 
-def append_compact(layout: RunLayout, lines: list[str]) -> None:
+def _inflate(frame: Frame) -> dict[str, str]:
+    try:
+        documents = json.loads(zlib.decompress(frame.data))
+    except (zlib.error, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in documents.items()} if isinstance(documents, dict) else {}
+
+
+def append_compact(layout: RunLayout, lines: str) -> None:
     """Add result lines to the run's compact file (its header first when it is new; a file
     of another format is renamed results.compact.old and a new one begun)."""
-    text = compact.pack(lines)  # the A and G lines as blocks of columns
-    if not text:
+    if not lines:
         return
     path = layout.root / compact.FILENAME
-    try:  # a file an older kiln began: set aside (its results are in their own files too)
+    try:  # a file an older kiln began: set aside (its results are in their own files)
         with path.open(encoding="utf-8") as old:
             if old.read(len(compact.HEADER)) != compact.HEADER:
                 path.replace(path.with_name(compact.FILENAME + ".old"))
@@ -92,33 +179,24 @@ def append_compact(layout: RunLayout, lines: list[str]) -> None:
     with path.open("a", encoding="utf-8") as out:
         if out.tell() == 0:
             out.write(compact.HEADER)
-        out.write(text)
+        out.write(lines)
 
 
-def store(layout: RunLayout, node: str, rel: str, text: str) -> str:
-    """One fetched file into the record; names outside the layout are dropped. Returns the
-    result's line for the compact file ("" for logs, InfiniBand reports, dropped names)."""
+def store(layout: RunLayout, node: str, rel: str, text: str) -> None:
+    """One fetched file that is not a result document into the record (an InfiniBand report,
+    a log); names outside the layout are dropped."""
     parts = PurePosixPath(rel).parts
     if len(parts) != 2 or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
-        return ""
+        return
     kind, name = parts
-    line = ""
-    if kind == "gemm" and name.endswith(".json"):
-        target = layout.gemm(name[: -len(".json")])
-        line = compact.encode("gemm", target.stem, text)
-    elif kind == "allreduce" and name.endswith(".json"):
-        target = layout.allreduce(name[: -len(".json")])
-        text = complete_text(text)  # nccl-tests' output parsed here: kiln.burnin.nccl_tests
-        line = compact.encode("allreduce", target.stem, text)
-    elif kind == "ib" and name.endswith(".txt"):
+    if kind == "ib" and name.endswith(".txt"):
         target = layout.root / "ib" / name  # <pair>-rail<k>.txt, from the client
     elif kind == "logs":
         target = layout.root / "logs" / node / name
     else:
-        return ""
+        return
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
-    return line
 
 
 def read_hcas(

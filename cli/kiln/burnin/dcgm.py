@@ -41,6 +41,7 @@ from kiln.judging.rules_dcgm import (
     level_for,
 )
 from kiln.records.burnin import RunLayout
+from kiln.records.documents import RunDocuments
 
 if TYPE_CHECKING:  # campaign imports this module when its DCGM phase runs
     from kiln.burnin.campaign import BurninOutcome
@@ -211,7 +212,7 @@ def tested_nodes(report: BurninReport, layout: RunLayout, names: Iterable[str]) 
     results = [v for v in report.verdicts if v.check == "result" and v.subject == "node"]
     if results:
         return {v.name for v in results if v.passed}
-    return {name for name in names if layout.gemm(name).is_file()}
+    return set(names) & RunDocuments(layout.root).names("gemm")
 
 
 def dcgm_phase(

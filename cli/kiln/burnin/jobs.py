@@ -59,6 +59,11 @@ class Paths:
     def launcher(self) -> str:
         return f"{self.prefix}/bin/kiln-burnin"
 
+    @property
+    def library(self) -> str:
+        """The modules the nodes run at collection (kiln.burnin.collect.library_zip)."""
+        return f"{self.prefix}/lib/kiln-results.zip"
+
     def run_dir(self, run_id: str) -> str:
         return f"{self.results}/{run_id}"
 

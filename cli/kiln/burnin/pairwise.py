@@ -16,15 +16,14 @@ profile's node_relative_pct), so the rounds ask about what the report will call 
 the fixed schedule's later rounds instead (pair_schedule: each node meets up to three partners,
 as before the Locator), and judging compares them all. One rail per pair here: the all-reduce
 crosses all of a node's rails (per-rail faults are the InfiniBand rounds'). A pair whose job
-left no result counts as 0 GB/s: a pair that hangs is slow. Pure but for `result_of`, which
-reads one result file of the run record.
+left no result counts as 0 GB/s: a pair that hangs is slow. Pure: `result_of` reads a
+document the campaign hands it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 
 from kiln.inventory import Cluster
 from kiln.judging.locate import Fabric, Locator
@@ -36,11 +35,14 @@ from kiln.judging.thresholds import FABRIC_BYTES, FLEET, ScopeFloor
 Pair = tuple[str, str]
 
 
-def result_of(path: Path) -> AllreduceResult | None:
-    """An all-reduce job's result in the record, None when it left none (or none readable)."""
+def result_of(job: str, document: str | None) -> AllreduceResult | None:
+    """An all-reduce job's result from its document, None when it left none (or none
+    readable)."""
+    if document is None:
+        return None
     try:
-        return allreduce_from_doc(path.stem, json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, ResultError):
+        return allreduce_from_doc(job, json.loads(document))
+    except (ValueError, ResultError):
         return None
 
 

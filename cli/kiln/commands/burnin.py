@@ -7,6 +7,7 @@ run the campaign (kiln.burnin: reserve, submit, collect, judge, drain), render t
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import time
@@ -53,10 +54,21 @@ class Format(StrEnum):
 def install_runtime(cluster: Cluster, names: list[str], paths: Paths, lock: Hold) -> None:
     """The `burnin` stage on `names` (idempotent: a no-op when everything is in place), under
     the command's `lock`."""
+    from kiln.burnin.collect import library_zip
     from kiln.burnin.workloads import workload_path
     from kiln.plan import PlanOptions, make_plan
+    from kiln.records.runs import runs_home
     from kiln.runner.execute import execute
 
+    # What the nodes run at collection, kept in the state dir under its digest: the same path
+    # for the same modules, so a converged runtime stays converged (kiln.plan.fingerprint).
+    data, digest = library_zip()
+    library = runs_home() / "burnin" / f"kiln-results-{digest}.zip"
+    if not library.is_file():
+        library.parent.mkdir(parents=True, exist_ok=True)
+        tmp = library.with_name(f".{library.name}.{os.getpid()}")
+        tmp.write_bytes(data)
+        tmp.replace(library)
     options = PlanOptions(
         stages=(BURNIN,),
         limit=",".join(names),
@@ -64,6 +76,7 @@ def install_runtime(cluster: Cluster, names: list[str], paths: Paths, lock: Hold
             "burnin_prefix": paths.prefix,
             "burnin_results_dir": paths.results,
             "burnin_workloads_src": str(workload_path("gemm").parent),
+            "burnin_library_src": str(library),
         },
     )
     with StageDisplay() as display:  # a package install is never silent

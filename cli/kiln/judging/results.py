@@ -10,9 +10,8 @@ the run-record loader turns into a NoResult for that node or job.
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -73,47 +72,6 @@ class BandwidthRow:
     time_us: float
 
 
-class PackedRows(Sequence):
-    """An all-reduce's rows as stored in the compact record (kiln.judging.compact): the JSON
-    text of [[bytes, busbw, algbw, time_us], ...], decoded on first use, plus the one row the
-    rules read (busbw at `size`, found when the record was written; None: not in the sweep).
-    Judging 100,000 results reads that row only; a report or plot that iterates decodes."""
-
-    __slots__ = ("_rows", "_text", "at", "size")
-
-    def __init__(self, text: str, size: int, at: float | None) -> None:
-        self._text, self.size, self.at, self._rows = text, size, at, None
-
-    def _decoded(self) -> tuple[BandwidthRow, ...]:
-        if self._rows is None:
-            self._rows = tuple(
-                BandwidthRow(int(b), float(bus), float(alg), float(t))
-                for b, bus, alg, t in json.loads(self._text)
-            )
-        return self._rows
-
-    def __getitem__(self, index):  # type: ignore[override]
-        return self._decoded()[index]
-
-    def __len__(self) -> int:
-        return len(self._decoded())
-
-    def __iter__(self) -> Iterator[BandwidthRow]:
-        return iter(self._decoded())
-
-    def __reversed__(self) -> Iterator[BandwidthRow]:
-        return reversed(self._decoded())
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and self._decoded() == tuple(other)
-
-    def __hash__(self) -> int:
-        return hash(self._decoded())
-
-    def __repr__(self) -> str:
-        return repr(self._decoded())
-
-
 @dataclass(frozen=True, slots=True)
 class AllreduceResult:
     job: str
@@ -123,7 +81,7 @@ class AllreduceResult:
     # reduced when the document names it: "nccl-tests NCCL 2.18.5+cuda12.2", "torch NCCL 2.21.5",
     # "torch gloo" (one string, so the compact record and the report JSON carry it as it is)
     implementation: str
-    rows: Sequence[BandwidthRow]  # a tuple, or PackedRows from the compact record
+    rows: Sequence[BandwidthRow]
     verdict_bytes: int
     verdict_busbw_gbs: float
     correct: bool
@@ -149,11 +107,7 @@ class AllreduceResult:
 
     def busbw_at(self, size: int) -> tuple[int, float]:
         """(bytes, busbw) at this message size when the sweep has it, else at the verdict's."""
-        rows = self.rows
-        if type(rows) is PackedRows and rows.size == size:  # the row the record kept at hand
-            found = rows.at is not None
-            return (size, rows.at) if found else (self.verdict_bytes, self.verdict_busbw_gbs)
-        for row in reversed(rows):
+        for row in reversed(self.rows):
             if row.bytes == size:
                 return row.bytes, row.busbw_gbs
         return self.verdict_bytes, self.verdict_busbw_gbs

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from kiln.inventory.model import Cluster, Node
 from kiln.inventory.schema import BurninSpec
+from kiln.judging.table import FABRIC_BYTES as FABRIC_BYTES  # defined beside the rows
 from kiln.profiles import HardwareProfile
 
 INTRA_NODE = "intra-node floor"
@@ -36,7 +37,6 @@ FLEET = "fleet-relative"
 NVLINK_DOMAIN = "NVLink domain floor"
 DOMAIN_JOB = "domain-"  # an all-reduce across one NVLink domain: "domain-" + its name
 DEFAULT_EFFICIENCY = 0.75
-FABRIC_BYTES = 8 << 30  # the message size an all-reduce across nodes is judged at (8 GiB)
 
 _OVERRIDES = {
     "gemm_tflops_floor": "gemm_tflops",

@@ -3,9 +3,13 @@
     <run>/run.json              manifest, written at submission: run id, suite, cluster, the
                                 nodes and jobs that were submitted (so a missing file is a
                                 failure, never a silently smaller run)
-    <run>/gemm/<node>.json      stdout of workloads/gemm.py on that node (its pinned job)
-    <run>/allreduce/<job>.json  stdout of workloads/allreduce.py, rank 0 (node-<n>, fabric-ring,
-                                pair-r<k>-<a>--<b>, ...)
+    <run>/documents.kz          the workloads' documents, one compressed frame per node and
+                                collection (kiln.records.documents), by name:
+        gemm/<node>.json        stdout of workloads/gemm.py on that node (its pinned job)
+        allreduce/<job>.json    stdout of workloads/allreduce.py, rank 0 (node-<n>, fabric-ring,
+                                pair-r<k>-<a>--<b>, ...); a record an older kiln wrote has
+                                these as files of those names
+    <run>/results.compact       each of those results as its row (kiln.judging.compact)
     <run>/nccl/<job>.txt|.json  nccl-tests all_reduce_perf output, text or its JSON file
     <run>/ib/sysfs-before|after/<node>.txt   InfiniBand: each HCA node's sysfs dump around
                                 the jobs; <run>/ib/<pair>-rail<k>.txt the client's ib_write_bw
@@ -30,7 +34,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kiln.errors import InvalidInputError
-from kiln.judging import compact
 from kiln.judging.ib import PORT, IbPair, IbRun
 from kiln.judging.model import BurninReport
 from kiln.judging.results import (
@@ -46,6 +49,7 @@ from kiln.judging.results import (
 from kiln.parsers import ParseError
 from kiln.parsers.ib_write_bw import IbWriteBwResult, parse_ib_write_bw
 from kiln.parsers.nccl_tests import parse_json, parse_text
+from kiln.records.documents import RunDocuments
 
 MANIFEST_SCHEMA_VERSION = 1
 
@@ -58,6 +62,8 @@ class RunLayout:
     report = property(lambda self: self.root / "report.json")
     timings = property(lambda self: self.root / "timings.json")
 
+    # Where an older kiln kept each document as its own file (still read, first, by
+    # kiln.records.documents; hand-made records and test fixtures are written this way).
     def gemm(self, node: str) -> Path:
         return self.root / "gemm" / f"{node}.json"
 
@@ -123,8 +129,10 @@ def write_manifest(
     return layout.manifest
 
 
-def _read_json(path: Path) -> object:
-    text = path.read_text(encoding="utf-8")
+def read_document(text: str | None) -> object | None:
+    """A result document's JSON (None: the record has no such document)."""
+    if text is None:
+        return None
     if not text.strip():
         raise ResultError("empty output")
     try:
@@ -149,76 +157,31 @@ def read_manifest(path: Path) -> dict:
     return manifest
 
 
-def json_stems(directory: Path, since: int | None = None) -> set[str] | None:
-    """The names of a result directory's *.json files (not hidden ones, as glob), unsorted;
-    None, without listing 100,000 names, when no entry was added or removed there since
-    `since` (the compact file's mtime in ns: every file was stored before its last lines)."""
-    try:
-        if since is not None and directory.stat().st_mtime_ns < since:
-            return None
-        names = os.listdir(directory)
-    except OSError:
-        return set()
-    return {n[:-5] for n in names if n.endswith(".json") and not n.startswith(".")}
-
-
-def _read_listed(path: Path, listed: set[str] | None) -> object | None:
-    """A result file's document; None when it does not exist (by the listing, or by trying)."""
-    if listed is not None and path.stem not in listed:
-        return None
-    try:
-        return _read_json(path)
-    except FileNotFoundError:
-        return None
-
-
-def _read_compact(path: Path) -> tuple[compact.CompactResults, int | None]:
-    """The compact result file and its mtime (ns); when it is absent or unreadable, nothing
-    and None (each result is then read from its own file, as in records written before it)."""
-    try:
-        since = path.stat().st_mtime_ns
-        return compact.decode(path.read_text(encoding="utf-8")), since
-    except (OSError, ResultError):
-        return compact.CompactResults(), None
-
-
 def load_run(run_dir: Path | str) -> RunResults:
-    """Every result of the run; a submitted node or job without a readable one is a NoResult."""
+    """Every result of the run, from its documents; a submitted node or job without a readable
+    one is a NoResult."""
     layout = RunLayout(Path(run_dir))
     if not layout.root.is_dir():
         raise InvalidInputError(f"burn-in run directory {layout.root} does not exist")
     manifest = read_manifest(layout.manifest) if layout.manifest.is_file() else {}
     run = RunResults(manifest=manifest)
-    packed, since = _read_compact(layout.root / compact.FILENAME)  # collect's one-file copy
-    found = json_stems(layout.root / "gemm", since)
-    for node in manifest.get("nodes") or sorted({*(found or ()), *packed.gemm}):
-        result = packed.gemm.get(node)
+    documents = RunDocuments(layout.root).read_all()
+    names = {kind: {n[len(kind) + 1 : -5] for n in documents if n.startswith(f"{kind}/")}
+             for kind in ("gemm", "allreduce")}  # fmt: skip
+    for node in manifest.get("nodes") or sorted(names["gemm"]):
         try:
-            if result is None:
-                doc = _read_listed(layout.gemm(node), found)
-                if doc is None:
-                    run.gemm[node] = NoResult(node)
-                    continue
-                result = gemm_from_doc(node, doc)
-            elif isinstance(result, str):
-                raise ResultError(result)
-            run.gemm[node] = result
+            doc = read_document(documents.get(f"gemm/{node}.json"))
+            run.gemm[node] = NoResult(node) if doc is None else gemm_from_doc(node, doc)
         except (OSError, ResultError) as exc:
             run.gemm[node] = NoResult(node, f"{NO_RESULT} ({exc})")
-    jobs = json_stems(layout.root / "allreduce", since)
     submitted = list(manifest.get("allreduce_jobs") or ())
-    extra = {*(jobs or ()), *packed.allreduce}.difference(submitted)  # then in glob's order
+    extra = names["allreduce"].difference(submitted)  # then in glob's order
     for job in [*dict.fromkeys(submitted), *sorted(extra, key=lambda j: f"{j}.json")]:
-        result = packed.allreduce.get(job)
         try:
-            if result is None:
-                doc = _read_listed(layout.allreduce(job), jobs)
-                if doc is None:
-                    raise ResultError("no output")
-                result = allreduce_from_doc(job, doc)
-            elif isinstance(result, str):
-                raise ResultError(result)
-            run.allreduce.append(result)
+            doc = read_document(documents.get(f"allreduce/{job}.json"))
+            if doc is None:
+                raise ResultError("no output")
+            run.allreduce.append(allreduce_from_doc(job, doc))
         except (OSError, ResultError) as exc:
             run.missing_jobs.append(NoResult(f"allreduce/{job}", f"{NO_RESULT} ({exc})"))
     outputs = {p.stem: p for p in sorted((layout.root / "nccl").glob("*.*"))}

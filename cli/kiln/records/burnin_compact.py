@@ -1,14 +1,15 @@
-"""A burn-in run record read from its compact file alone, when that file holds the whole run;
-None whenever anything would need the records read one file at a time.
+"""A burn-in run record read from its compact file, when that file holds the whole run; None
+whenever anything would need the records read one document at a time.
 
     fast = load_compact(run_dir)   # CompactRun (its ResultTable), or None: load_run instead
 
 None (never a partial answer) when: no manifest or no node in it; no compact file, or one of
-an older format, cut short or with a bad line (load_run then reads it, or each result's own
-file); a node or all-reduce job of the manifest without a line but with a file; a result
-file or line the manifest does not name; nccl-tests output files. A node or job with neither
-a line nor a file has no result: judged a failure, as the records path judges it. Reading
-files is all this module does.
+another format, cut short or with a bad line (load_run then reads the documents); a result
+judged from its record (an R line); a document without a line (a collection cut short
+between the two) or a line the manifest does not name; nccl-tests output files. A node or job
+with neither a line nor a document has no result: judged a failure, as the records path
+judges it. The records the rules or a report read whole come from the run's documents
+(RecordsFromDocuments). Reading files is all this module does.
 """
 
 from __future__ import annotations
@@ -20,9 +21,16 @@ from kiln.errors import InvalidInputError
 from kiln.judging import compact
 from kiln.judging.compact_table import read_table
 from kiln.judging.ib import IbRun
-from kiln.judging.results import ResultError
-from kiln.judging.table import ResultTable
-from kiln.records.burnin import RunLayout, json_stems, load_ib, read_manifest
+from kiln.judging.results import (
+    AllreduceResult,
+    GemmResult,
+    ResultError,
+    allreduce_from_doc,
+    gemm_from_doc,
+)
+from kiln.judging.table import RecordSource, ResultTable
+from kiln.records.burnin import RunLayout, load_ib, read_document, read_manifest
+from kiln.records.documents import RunDocuments
 
 
 @dataclass
@@ -32,14 +40,43 @@ class CompactRun:
     ib: IbRun | None = None
 
 
+class RecordsFromDocuments(RecordSource):
+    """A result's record, read from its document when a rule or a report needs it whole; a
+    KeyError when the record holds no readable document (judge_run then reads the records)."""
+
+    def __init__(self, documents: RunDocuments) -> None:
+        self.documents = documents
+
+    def _doc(self, name: str) -> object:
+        try:
+            doc = read_document(self.documents.text(name))
+        except ResultError:
+            doc = None
+        if doc is None:
+            raise KeyError(name)
+        return doc
+
+    def gemm(self, node: str) -> GemmResult:
+        try:
+            return gemm_from_doc(node, self._doc(f"gemm/{node}.json"))
+        except ResultError:
+            raise KeyError(node) from None
+
+    def allreduce(self, job: str) -> AllreduceResult:
+        try:
+            return allreduce_from_doc(job, self._doc(f"allreduce/{job}.json"))
+        except ResultError:
+            raise KeyError(job) from None
+
+
 def load_compact(run_dir: Path | str) -> CompactRun | None:
-    """The run's compact columns when they cover the whole run, else None (see above)."""
+    """The run's compact rows when they cover the whole run, else None (see above)."""
     layout = RunLayout(Path(run_dir))
-    path = layout.root / compact.FILENAME
+    documents = RunDocuments(layout.root)
     try:
         manifest = read_manifest(layout.manifest)
-        since = path.stat().st_mtime_ns
-        table = read_table(path.read_bytes())
+        data = (layout.root / compact.FILENAME).read_bytes()
+        table = read_table(data, RecordsFromDocuments(documents))
     except (OSError, InvalidInputError, ResultError):
         return None
     nodes = list(manifest.get("nodes") or ())
@@ -48,17 +85,9 @@ def load_compact(run_dir: Path | str) -> CompactRun | None:
         return None
     if not table.gemm.keys() <= set(nodes) or not table.allreduce.keys() <= jobs.keys():
         return None  # a line for a result the manifest does not name
-    if len(table.gemm) < len(set(nodes)) and any(
-        layout.gemm(n).exists() for n in nodes if n not in table.gemm
-    ):
-        return None  # a result with a file and no line (collect cut short): the records
-    if len(table.allreduce) < len(jobs) and any(
-        layout.allreduce(j).exists() for j in jobs if j not in table.allreduce
-    ):
+    if not documents.names("gemm") <= table.gemm.keys():
+        return None  # a document without a line: the records read it
+    if not documents.names("allreduce") <= table.allreduce.keys():
         return None
-    for directory, names in (("gemm", table.gemm), ("allreduce", table.allreduce)):
-        found = json_stems(layout.root / directory, since)  # None: unchanged since the lines
-        if found is not None and not found.issubset(names):
-            return None  # a result file with no line: the records read it
     table.nodes, table.jobs = nodes, list(jobs)
     return CompactRun(manifest, table, load_ib(layout, manifest))
