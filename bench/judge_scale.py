@@ -117,10 +117,9 @@ def node_answer(documents: dict[str, str]) -> str:
     """A node's answer to the fetch, as kiln.burnin.collect's program prints it with the
     library in place (tests/unit/test_judging_compact.py runs that program itself)."""
     documents, lines = result_lines(documents)
+    head = {"names": list(documents), "lines": True, "why": "", "files": {}, "dropped": []}
     frame = base64.b64encode(zlib.compress(json.dumps(documents).encode(), 6)).decode()
-    answer = {"names": list(documents), "frame": frame, "lines": lines, "why": "",
-              "files": {}, "dropped": []}  # fmt: skip
-    return json.dumps(answer)
+    return f"{json.dumps(head)}\n{frame}\n{lines}"
 
 
 def answers(nodes: list[str], gemm: dict, jobs: dict, first: dict) -> tuple[list, float, float]:

@@ -40,7 +40,7 @@ def _documents(src: Path) -> dict[str, str]:
 def _collected(src: Path, tmp_path: Path, *, library: bool | bytes = True) -> tuple[Path, list]:
     """The fixture's run record as a collection writes it: its manifest, documents and lines."""
     run = tmp_path / "run"
-    run.mkdir(mode=0o700)
+    run.mkdir(mode=0o700, parents=True)
     shutil.copy(src / "run.json", run / "run.json")
     said = collect_here(run, _documents(src), library=library)
     return run, said
@@ -114,7 +114,7 @@ def test_unreadable_documents_fail_the_same_way(tmp_path):
         "allreduce/node-y.json": "  \n",
     }
     collect_here(run, docs)
-    lines = (run / compact.FILENAME).read_text().split("\n")[1:-1]
+    lines = (run / compact.FILENAME).read_text().split("\n")[1:-2]
     assert len(lines) == 5 and all(line.startswith("E\t") for line in lines)
     loaded = load_run(run)
     table = read_table((run / compact.FILENAME).read_bytes(), None)
@@ -141,14 +141,29 @@ def test_a_damaged_compact_file_falls_back_to_the_documents(tmp_path):
 
 def test_a_collection_killed_between_documents_and_lines_is_judged_from_the_documents(tmp_path):
     """collect writes the documents, then the lines: killed between, the documents without
-    lines are read, never a smaller run."""
+    lines are read, never a smaller run; lines lost from the file likewise."""
     run, _ = _collected(FIXTURES / "gpu8" / "run", tmp_path)
+    docs = _documents(FIXTURES / "gpu8" / "run")
+    late = {n.replace("node-", "late-"): t for n, t in docs.items() if "node-" in n}
+    append_frames(run, [Frame.of("n1", late)])  # the frames of a second collection, no lines
+    assert load_compact(run) is None
+    assert {a.job for a in load_run(run).allreduce} >= {n[10:-5] for n in late}
+    run, _ = _collected(FIXTURES / "gpu8" / "run", tmp_path / "again")
     path = run / compact.FILENAME
     path.write_text("".join(line for line in path.read_text().splitlines(keepends=True)
                             if "node-" not in line))  # fmt: skip
+    with pytest.raises(compact.ResultError, match="lines where the collection wrote"):
+        read_table(path.read_bytes(), None)
     assert load_compact(run) is None
     files, packed = load_run(FIXTURES / "gpu8" / "run"), load_run(run)
     assert sorted(a.job for a in packed.allreduce) == sorted(a.job for a in files.allreduce)
+
+
+def test_a_document_kept_as_a_file_is_judged_from_the_documents(tmp_path):
+    run, _ = _collected(FIXTURES / "gpu8" / "run", tmp_path)
+    (run / "allreduce").mkdir(exist_ok=True)
+    (run / "allreduce" / "extra.json").write_text("{}")
+    assert load_compact(run) is None
 
 
 def test_a_documents_file_cut_short_keeps_what_came_before_and_takes_more(tmp_path):
@@ -181,7 +196,7 @@ def test_names_and_hosts_no_line_can_hold_are_judged_from_the_documents(tmp_path
 
 def test_a_name_with_a_tab_is_dropped_on_the_node_and_said(tmp_path):
     stdout = fetch_here({"gemm/bad\tname.json": "{}", "gemm/n1.json": ""}, tmp_path)
-    sent = json.loads(stdout)
+    sent = json.loads(stdout.split("\n", 1)[0])
     assert sent["dropped"] == ["gemm/bad\tname.json"] and sent["names"] == ["gemm/n1.json"]
 
 
@@ -196,7 +211,7 @@ def test_a_later_line_replaces_an_earlier_one(tmp_path):
     collect_here(run, {"allreduce/node-n1.json": doc % "true"})
     collect_here(run, {"allreduce/node-n1.json": doc % "false"})
     text = (run / compact.FILENAME).read_text()
-    assert text.count(compact.HEADER) == 1 and text.count("\n") == 3
+    assert text.count(compact.HEADER) == 1 and text.count("\n") == 5  # each with its C line
     assert read_table(text.encode(), None).allreduce["node-n1"].correct == "0"
     assert load_run(run).allreduce[0].correct is False  # the later document too
 

@@ -247,10 +247,12 @@ def test_table_names_the_line_it_cannot_read():
     with pytest.raises(compact.ResultError, match="format 4"):
         read_table(b"#kiln-results 3\n", None)
     lines = [compact.encode("allreduce", f"node-n{i}", _ALLREDUCE % i) for i in range(3)]
-    table = read_table(head + "".join(lines).encode(), None)
+    table = read_table(head + compact.collected(0, "".join(lines)).encode(), None)
     assert table.allreduce["node-n2"].busbw_at_fabric() == (8, 1.5)
     with pytest.raises(compact.ResultError, match="line 3: kind 'A' with 11 fields"):
         read_table(head + "".join(lines).replace("\tnode-n1\t", "\t", 1).encode(), None)
+    with pytest.raises(compact.ResultError, match="line 4: lines after the last collection's"):
+        read_table(head + "".join(lines).encode(), None)
 
 
 def test_a_value_that_does_not_parse_falls_back_to_the_records(cluster, tmp_path):

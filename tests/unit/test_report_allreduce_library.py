@@ -20,7 +20,7 @@ from captures import shared_capture
 from kiln.burnin import judge_run
 from kiln.burnin.nccl_tests import complete
 from kiln.inventory import require_valid
-from kiln.judging.compact import HEADER, encode
+from kiln.judging.compact import HEADER, collected, encode
 from kiln.judging.compact_table import read_table
 from kiln.judging.model import BurninReport
 from kiln.judging.results import allreduce_from_doc, implementation_of
@@ -110,7 +110,7 @@ def test_the_compact_record_keeps_the_library():
     }
     lines = [encode("allreduce", job, json.dumps(doc)) for job, doc in docs.items()]
     assert all(lines)
-    table = read_table((HEADER + "".join(lines)).encode(), None)
+    table = read_table((HEADER + collected(0, "".join(lines))).encode(), None)
     assert {job: table.allreduce[job].label for job in docs} == {
         "node-n1": "allreduce (nccl-tests NCCL 2.18.5+cuda12.2)",
         "node-n2": "allreduce (torch NCCL 2.26.2)",

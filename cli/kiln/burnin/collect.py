@@ -67,9 +67,11 @@ def library_zip() -> tuple[bytes, str]:
     return out.getvalue(), tag
 
 
-# On a node: the run's documents (gemm/, allreduce/) as one zlib frame, with their compact
-# lines when this kiln's library is there (its DIGEST as the controller's), else none and
-# why; the other files (ib/ reports, logs) as they are; then the run's files removed.
+# On a node: what it holds of the run, in three parts the controller splits without parsing
+# the bulk: a JSON line (the documents' names, whether their lines follow or why not, the
+# other files: ib/ reports, logs), the documents (gemm/, allreduce/) as one zlib frame in
+# base64 on one line, then their compact lines when this kiln's library is there (its DIGEST
+# as the controller's). Then the run's files are removed.
 _FETCH = """\
 import base64,glob,json,os,sys,zlib
 root,run,logs,lib,digest=sys.argv[1:6]
@@ -97,9 +99,11 @@ try:
   from kiln.burnin.node_results import result_lines
   docs,lines=result_lines(docs)
 except Exception as e: why=type(e).__name__+': '+str(e)
-frame=base64.b64encode(zlib.compress(json.dumps(docs).encode(),6)).decode()
-json.dump({'names':list(docs),'frame':frame,'lines':lines,'why':why,'files':files,
- 'dropped':dropped},sys.stdout)
+head={'names':list(docs),'lines':lines is not None,'why':why,'files':files,'dropped':dropped}
+out=sys.stdout
+out.write(json.dumps(head)+'\\n')
+out.write(base64.b64encode(zlib.compress(json.dumps(docs).encode(),6)).decode()+'\\n')
+out.write(lines or '')
 """
 
 
@@ -134,16 +138,17 @@ def store_fetched(layout: RunLayout, sent: list[tuple[str, str]], progress: Prog
     frames, lines, parsed_here = [], [], {}
     for node, stdout in sent:
         try:
-            fetched = json.loads(stdout)
-            frame = Frame(node, tuple(fetched["names"]), base64.b64decode(fetched["frame"]))
-            made, files = fetched["lines"], dict(fetched["files"])
+            head_text, frame_text, made = stdout.split("\n", 2)
+            head = json.loads(head_text)
+            frame = Frame(node, tuple(head["names"]), base64.b64decode(frame_text))
+            files, made_there = dict(head["files"]), head["lines"] is True
         except (ValueError, KeyError, TypeError, binascii.Error):
             progress(f"{node}: unreadable results listing")
             continue
-        for name in fetched.get("dropped") or ():
+        for name in head.get("dropped") or ():
             progress(f"{node}: {name!r} not kept (a tab or newline in its name)")
-        if not isinstance(made, str):  # no library there: its lines are made here
-            parsed_here.setdefault(str(fetched.get("why") or "no reason given"), []).append(node)
+        if not made_there:  # no library there: its lines are made here
+            parsed_here.setdefault(str(head.get("why") or "no reason given"), []).append(node)
             documents, made = result_lines(_inflate(frame))
             frame = Frame.of(node, documents)
         frames.append(frame)
@@ -152,8 +157,9 @@ def store_fetched(layout: RunLayout, sent: list[tuple[str, str]], progress: Prog
             store(layout, node, rel, text)
     for why, names in parsed_here.items():
         progress(f"{len(names)} node(s) sent no result lines ({why}, e.g. {names[0]}): made here")
-    append_frames(layout.root, frames)
-    append_compact(layout, "".join(lines))
+    if frames:  # the documents first, then their lines and the documents file's size
+        size = append_frames(layout.root, frames)
+        append_compact(layout, compact.collected(size, "".join(lines)))
 
 
 def _inflate(frame: Frame) -> dict[str, str]:

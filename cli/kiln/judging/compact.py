@@ -15,6 +15,9 @@ a node that could not), and the controller appends the nodes' lines as they come
     E<TAB>name<TAB>gemm|allreduce<TAB>"why the document could not be read" (a JSON string)
     R<TAB>name<TAB>gemm|allreduce      a result its line cannot hold (a tab in a field, a comma
                                         in a host): judged from its record (load_run)
+    C<TAB>bytes<TAB>lines               after each collection's lines: the size of the run's
+                                        documents file then (whose frames those lines are of),
+                                        and how many result lines the collection wrote
 
 A line's fields are its row in the table the rules judge (kiln.judging.table: gemm_row and
 allreduce_row give them, here and for records read one document at a time): `clean` is 1
@@ -23,8 +26,12 @@ and every TFLOPS figure is finite; a row that is not clean is judged from its re
 from the document when a rule needs the devices. Lines are made only from results the readers
 accepted (gemm_from_doc, allreduce_from_doc), so a line and its document judge the same; a
 later line replaces an earlier one for the same name (a second collection). A file must end
-with a newline (else a write was cut short). Older formats (2, 3: records in the lines) are
-not read: the kiln that wrote them kept every document as its own file, which load_run reads.
+with a newline (else a write was cut short), and each collection's C line must count the
+lines before it (else lines were lost); a documents file larger than the last C line says has
+frames whose lines were never written (a collection killed between the two), and the run is
+read from its documents (kiln.records.burnin_compact). Older formats (2, 3: records in the
+lines) are not read: the kiln that wrote them kept every document as its own file, which
+load_run reads.
 
 Needs nothing beyond the standard library and the modules it imports (the nodes run it).
 """
@@ -39,7 +46,6 @@ from kiln.judging.table import NOT_CLEAN, allreduce_row, gemm_row
 FORMAT = 4
 HEADER = f"#kiln-results {FORMAT}\n"
 FILENAME = "results.compact"
-WIDTH = {"A": 12, "G": 6, "E": 4, "R": 3}  # fields of each kind of line, kind and name included
 _UNSAFE = ("\t", "\n", "\r")
 
 
@@ -76,3 +82,22 @@ def encode(kind: str, name: str, text: str) -> str:
         return "A\t" + "\t".join((name, *row)) + "\n"
     except ResultError as exc:
         return f"E\t{name}\t{kind}\t{json.dumps(str(exc))}\n"
+
+
+def collected(size: int, lines: str) -> str:
+    """A collection's result lines and the line that closes them: the documents file's size
+    once its frames were in, and how many lines there are."""
+    return f"{lines}C\t{size}\t{lines.count(chr(10))}\n"
+
+
+def last_collected(data: bytes) -> int | None:
+    """The documents file's size the last C line of a compact file's bytes gives (None: no
+    such line, or not a number)."""
+    at = data.rfind(b"\nC\t")
+    if at < 0:
+        return None
+    end = data.find(b"\t", at + 3)
+    try:
+        return int(data[at + 3 : end])
+    except ValueError:
+        return None

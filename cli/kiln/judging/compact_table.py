@@ -8,8 +8,8 @@
 One split per line, a row per result, no record: the records of the few results a rule reads
 whole (a GEMM that is not clean) or a report plots come from `source`. ResultError names the
 line when the file is of another format, was cut short (no newline at its end), has a line of
-the wrong shape, or holds an R line (a result judged from its record: the caller reads the
-records instead).
+the wrong shape, lost lines (a collection's C line counts more), or holds an R line (a result
+judged from its record: the caller reads the records instead).
 """
 
 from __future__ import annotations
@@ -49,9 +49,11 @@ def _read(lines: list[str], source: RecordSource) -> ResultTable:
     gemm, allreduce = out.gemm, out.allreduce
     new_a, new_g = AllreduceRow._make, GemmRow._make
     del lines[-1]  # after the last newline
+    since = 0  # result lines since the last C line
     for number, line in enumerate(lines, 2):
         fields = line.split("\t")
         kind, count = fields[0], len(fields)
+        since += 1
         if kind == "A" and count == 12:
             allreduce[fields[1]] = new_a(fields[2:])
         elif kind == "G" and count == 6:
@@ -62,8 +64,15 @@ def _read(lines: list[str], source: RecordSource) -> ResultTable:
             except ValueError:
                 raise ResultError(f"line {number}: unreadable reason") from None
             (gemm if fields[2] == "gemm" else allreduce)[fields[1]] = f"{NO_RESULT} ({reason})"
+        elif kind == "C" and count == 3:  # a collection's end: its lines all there?
+            if fields[2] != str(since - 1):
+                wrote = f"{since - 1} lines where the collection wrote {fields[2]}"
+                raise ResultError(f"line {number}: {wrote}")
+            since = 0
         elif kind == "R" and count == 3:
             raise ResultError(f"line {number}: {fields[1]} is judged from its record")
         else:
             raise ResultError(f"line {number}: kind {kind!r} with {count} fields")
+    if since:
+        raise ResultError(f"line {number}: lines after the last collection's end")
     return out

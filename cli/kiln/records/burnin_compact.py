@@ -5,8 +5,9 @@ whenever anything would need the records read one document at a time.
 
 None (never a partial answer) when: no manifest or no node in it; no compact file, or one of
 another format, cut short or with a bad line (load_run then reads the documents); a result
-judged from its record (an R line); a document without a line (a collection cut short
-between the two) or a line the manifest does not name; nccl-tests output files. A node or job
+judged from its record (an R line); documents without their lines (the documents file is
+larger than the compact file's last C line says: a collection killed between writing the two)
+or a line the manifest does not name; nccl-tests output files. A node or job
 with neither a line nor a document has no result: judged a failure, as the records path
 judges it. The records the rules or a report read whole come from the run's documents
 (RecordsFromDocuments). Reading files is all this module does.
@@ -14,6 +15,7 @@ judges it. The records the rules or a report read whole come from the run's docu
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +71,13 @@ class RecordsFromDocuments(RecordSource):
             raise KeyError(job) from None
 
 
+def _listed(directory: Path) -> bool:
+    try:
+        return any(n.endswith(".json") and not n.startswith(".") for n in os.listdir(directory))
+    except OSError:
+        return False
+
+
 def load_compact(run_dir: Path | str) -> CompactRun | None:
     """The run's compact rows when they cover the whole run, else None (see above)."""
     layout = RunLayout(Path(run_dir))
@@ -85,9 +94,9 @@ def load_compact(run_dir: Path | str) -> CompactRun | None:
         return None
     if not table.gemm.keys() <= set(nodes) or not table.allreduce.keys() <= jobs.keys():
         return None  # a line for a result the manifest does not name
-    if not documents.names("gemm") <= table.gemm.keys():
-        return None  # a document without a line: the records read it
-    if not documents.names("allreduce") <= table.allreduce.keys():
-        return None
+    if compact.last_collected(data) != documents.size():
+        return None  # documents without their lines (a collection killed between the two)
+    if any(_listed(layout.root / kind) for kind in ("gemm", "allreduce")):
+        return None  # documents kept as files (an older kiln's, or by hand): the records
     table.nodes, table.jobs = nodes, list(jobs)
     return CompactRun(manifest, table, load_ib(layout, manifest))

@@ -52,16 +52,15 @@ def holdable(name: str) -> bool:
     return bool(name) and not any(c in name for c in "\t\n\r")
 
 
-def append_frames(run_dir: Path | str, frames: list[Frame]) -> None:
-    """Add frames to the run's documents file in one write (the header first when it is new).
-    A tail an earlier write left cut short is cut off first, so the new frames can be read.
+def append_frames(run_dir: Path | str, frames: list[Frame]) -> int:
+    """Add frames to the run's documents file in one write (the header first when it is new);
+    returns the file's size after them. A tail an earlier write left cut short is cut off
+    first, so the new frames can be read.
     A frame whose node or names a header cannot hold is a ValueError, before anything is
     written."""
     for frame in frames:
         if not holdable(frame.node) or not all(map(holdable, frame.names)):
             raise ValueError(f"{frame.node!r}: a name with a tab or newline in it")
-    if not frames:
-        return
     parts = []
     for frame in frames:
         head = "\t".join(("F", frame.node, str(len(frame.data)), *frame.names))
@@ -80,6 +79,7 @@ def append_frames(run_dir: Path | str, frames: list[Frame]) -> None:
                 f.truncate(end)
             f.seek(end)
         f.write(b"".join(parts))
+        return f.tell()
 
 
 def _scan(data: bytes, base: int, where: dict[str, tuple[int, int]]) -> int:
@@ -108,6 +108,13 @@ class RunDocuments:
     """The documents of one run record: its documents file, and (first) any document kept as
     its own file. The file's index is read when first asked and read on from where it ended
     when a name is not found (the campaign reads each pairwise round's results as it goes)."""
+
+    def size(self) -> int | None:
+        """The documents file's size in bytes (None: the record has none)."""
+        try:
+            return (self.root / FILENAME).stat().st_size
+        except FileNotFoundError:
+            return None
 
     def __init__(self, run_dir: Path | str) -> None:
         self.root = Path(run_dir)
