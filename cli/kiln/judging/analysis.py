@@ -103,27 +103,30 @@ def _untested(cluster: Cluster, table: ResultTable, skip: dict[str, str]):
         ran = table.gemm_host(node.name, row).split(".")[0]
         if ran and ran != node.name and node.name not in skip:
             skip[node.name] = f"{NOT_TESTED}: its result came from {ran}, not {node.name}"
-    jobs: list[tuple[str, AllreduceRow]] = []
+    rows: dict[str, AllreduceRow] = {}
     missing: list[tuple[str, str]] = []
-    for job in dict.fromkeys(table.jobs or table.allreduce):
-        row = table.allreduce.get(job, NO_OUTPUT)
+    allreduce = table.allreduce
+    for job in dict.fromkeys(table.jobs or allreduce):
+        row = allreduce.get(job, NO_OUTPUT)
         if isinstance(row, str):
             missing.append((f"allreduce/{job}", row))
         else:
-            jobs.append((job, row))
+            rows[job] = row
     missing += table.missing
-    by_job = {f"node-{n.name}": n.name for n in cluster.compute}
-    for job, row in jobs:
-        node = by_job.get(job)
-        if node and row.hosts != node:  # a node's all-reduce ran elsewhere (rare)
+    compute = [n.name for n in cluster.compute]
+    for node in compute:  # a node's all-reduce that ran elsewhere (rare)
+        row = rows.get(f"node-{node}")
+        if row is not None and row.hosts != node:
             others = [h for h in row.hosts.split(",") if h and h != node]
             if others and node not in skip:
                 skip[node] = f"{NOT_TESTED}: its all-reduce ran on {others[0]}, not {node}"
     if skip:
         owned = {f"allreduce/node-{n}" for n in skip}
-        jobs = [j for j in jobs if by_job.get(j[0]) not in skip]
         missing = [m for m in missing if m[0] not in owned]
-    return jobs, missing
+        for node in compute:
+            if node in skip:
+                rows.pop(f"node-{node}", None)
+    return list(rows.items()), missing
 
 
 def start_report(

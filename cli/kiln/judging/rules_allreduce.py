@@ -43,21 +43,24 @@ def judge_allreduce(report, cluster: Cluster, table, jobs, floors) -> None:
     has_pairs = any(row.hosts.count(",") == 1 for _, row in jobs)  # scope "pair"
     report.allreduce = RecordsOf(table, [job for job, _ in jobs])
     add = report.verdicts.append
+    fabric = str(FABRIC_BYTES)
     for job, row in jobs:  # 100,000 at 12,500 nodes: no record, no call per healthy pair
+        if row.correct == "1" and row.wrong == "0":
+            a, comma, b = row.hosts.partition(",")
+            if (
+                comma
+                and "," not in b
+                and a in node_floors
+                and b in node_floors
+                and not job.startswith(DOMAIN_JOB)
+            ):  # a correct pair of inventory nodes: its figure only (busbw_at_fabric, inline)
+                key = (a, b) if a <= b else (b, a)
+                busbw = float(row.at if row.size == fabric and row.at else row.verdict_busbw)
+                old = pairs.get(key)
+                pairs[key] = busbw if old is None or busbw < old else old
+                continue
         hosts = row.hosts.split(",") if row.hosts else []
         count = len(hosts)
-        if (
-            count == 2
-            and row.correct == "1"
-            and row.wrong == "0"
-            and not job.startswith(DOMAIN_JOB)
-        ):
-            a, b = hosts
-            if a in node_floors and b in node_floors:  # a correct node pair: its figure only
-                key = (a, b) if a <= b else (b, a)
-                busbw = row.busbw_at_fabric()[1]
-                pairs[key] = busbw if key not in pairs else min(pairs[key], busbw)
-                continue
         known = [h for h in hosts if h in node_floors]  # hosts outside the inventory: left out
         if row.correct != "1" or (row.wrong != "0" and int(row.wrong) != 0):
             _judge_correct(report, job, row, known)
