@@ -20,7 +20,7 @@ from kiln.burnin.judge import judge_run
 from kiln.inventory import require_valid
 from kiln.judging import compact
 from kiln.judging.compact_table import read_table
-from kiln.records.burnin import load_run
+from kiln.records.burnin import RunLayout, load_run
 from kiln.records.burnin_compact import load_compact
 from kiln.records.documents import FILENAME as DOCUMENTS
 from kiln.records.documents import Frame, RunDocuments, append_frames
@@ -224,3 +224,16 @@ def test_an_older_file_is_set_aside_when_a_newer_kiln_appends(tmp_path):
     assert (run / compact.FILENAME).read_text().startswith(compact.HEADER)
     assert (run / f"{compact.FILENAME}.old").read_text().startswith("#kiln-results 3")
     os.remove(run / f"{compact.FILENAME}.old")
+
+
+def test_lines_cut_short_on_the_way_are_made_again_here(tmp_path):
+    docs = _documents(FIXTURES / "gpu8" / "run")
+    answer = fetch_here(docs, tmp_path / "node")
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(FIXTURES / "gpu8" / "run" / "run.json", run / "run.json")
+    said: list[str] = []
+    collect.store_fetched(RunLayout(run), [("n1", answer[:-30])], said.append)
+    assert said == ["1 node(s) sent no result lines (its lines were cut short, e.g. n1): made here"]
+    assert load_compact(run) is not None
+    assert load_run(run).allreduce == load_run(FIXTURES / "gpu8" / "run").allreduce

@@ -147,6 +147,8 @@ def store_fetched(layout: RunLayout, sent: list[tuple[str, str]], progress: Prog
             continue
         for name in head.get("dropped") or ():
             progress(f"{node}: {name!r} not kept (a tab or newline in its name)")
+        if made_there and made.count("\n") != len(frame.names):  # cut short on the way
+            made_there, head["why"] = False, "its lines were cut short"
         if not made_there:  # no library there: its lines are made here
             parsed_here.setdefault(str(head.get("why") or "no reason given"), []).append(node)
             documents, made = result_lines(_inflate(frame))
