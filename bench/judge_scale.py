@@ -52,7 +52,10 @@ from kiln.records.burnin import RunLayout, load_run, write_manifest
 from kiln.records.documents import FILENAME as DOCUMENTS
 
 
-def gemm_doc(rng: random.Random, host: str, gpus: int) -> str:
+def gemm_doc(rng: random.Random, host: str, gpus: int, seconds: float, bare: bool) -> str:
+    """A GEMM document as workloads/gemm.py prints it after `seconds` on `gpus` GPUs: indented,
+    with its nvidia-smi samples (one per GPU every max(1, seconds / 600) s). `bare`: the
+    minimal document the figures before 2026-12-04 used (no samples, not indented)."""
     devices = [
         {
             "index": i,
@@ -60,7 +63,7 @@ def gemm_doc(rng: random.Random, host: str, gpus: int) -> str:
             "name": "NVIDIA H100 80GB HBM3",
             "tflops": round(rng.gauss(745, 8), 1),
             "iterations": 40000,
-            "seconds": 60.0,
+            "seconds": seconds,
             "checksum_ok": rng.random() > 1e-4,
             "check_error_ratio": 0.2,
             "clocks": {
@@ -75,20 +78,42 @@ def gemm_doc(rng: random.Random, host: str, gpus: int) -> str:
         }
         for i in range(gpus)
     ]
-    return json.dumps(
+    interval = max(1.0, seconds / 600)
+    samples = [
         {
-            "schema_version": 1,
-            "kind": "gemm",
-            "hostname": host,
-            "device_kind": "cuda",
-            "n": 8192,
-            "devices": devices,
-            "samples": [],
+            "t": round(1764800000 + k * interval, 3),
+            "index": i,
+            "pci_bus_id": f"00000000:{0x18 + 16 * i:02X}:00.0",
+            "sm_mhz": float(rng.choice((1755, 1770, 1785, 1980))),
+            "max_sm_mhz": 1980.0,
+            "temp_c": float(rng.randint(55, 71)),
+            "power_w": round(rng.uniform(520, 699), 2),
+            "reasons": ["sw_power_cap"],
         }
-    )
+        for k in range(int(seconds / interval))
+        for i in range(gpus)
+    ]
+    doc = {
+        "schema_version": 1,
+        "kind": "gemm",
+        "hostname": host,
+        "started": "2026-12-04T10:15:00+00:00",
+        "torch_version": "2.5.1+cu124",
+        "cuda_version": "12.4",
+        "hip_version": None,
+        "device_kind": "cuda",
+        "n": 8192,
+        "seed": 1,
+        "seconds_requested": seconds,
+        "devices": devices,
+        "sampler_error": None,
+        "samples": [] if bare else samples,
+    }
+    return json.dumps(doc) if bare else json.dumps(doc, indent=1) + "\n"
 
 
-def allreduce_doc(hosts: list[str], busbw: float) -> str:
+def allreduce_doc(hosts: list[str], busbw: float, bare: bool) -> str:
+    """An all-reduce document as workloads/allreduce.py prints it (rank 0), indented."""
     rows = [
         {
             "bytes": 1 << s,
@@ -99,18 +124,32 @@ def allreduce_doc(hosts: list[str], busbw: float) -> str:
         }
         for s in range(20, 31)
     ]
-    return json.dumps(
-        {
-            "schema_version": 1,
-            "kind": "allreduce",
-            "hosts": hosts,
-            "world_size": 8 * len(hosts),
-            "rows": rows,
-            "verdict_bytes": 1 << 30,
-            "verdict_busbw_gbs": rows[-1]["busbw_gbs"],
-            "correct": True,
-        }
-    )
+    doc = {
+        "schema_version": 1,
+        "kind": "allreduce",
+        "implementation": "torch",
+        "hostname": hosts[0],
+        "hosts": hosts,
+        "world_size": 8 * len(hosts),
+        "backend": "nccl",
+        "nccl_algo": None,
+        "dtype": "float32",
+        "warmup": 5,
+        "iters": 20,
+        "torch_version": "2.5.1+cu124",
+        "nccl_version": "2.21.5",
+        "rows": rows,
+        "verdict_bytes": 1 << 30,
+        "verdict_busbw_gbs": rows[-1]["busbw_gbs"],
+        "correct": True,
+        "wrong": 0,
+    }
+    if bare:
+        for key in ("implementation", "hostname", "backend", "nccl_algo", "dtype", "warmup",
+                    "iters", "torch_version", "nccl_version", "wrong"):  # fmt: skip
+            del doc[key]
+        return json.dumps(doc)
+    return json.dumps(doc, indent=1) + "\n"
 
 
 def node_answer(documents: dict[str, str]) -> str:
@@ -161,18 +200,25 @@ def main() -> int:
     parser.add_argument(
         "--dir", default=".", help="where the run records go (the disk KILN_HOME would be on)"
     )
+    parser.add_argument(
+        "--seconds", type=float, default=60.0, help="the GEMM's duration (the quick suite's)"
+    )
+    parser.add_argument(
+        "--bare", action="store_true",
+        help="minimal documents (no samples, not indented): the figures before 2026-12-04",
+    )  # fmt: skip
     args = parser.parse_args()
     rng = random.Random(1)
     with tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp:
         write_example(Path(tmp), args.nodes)
         cluster = require_valid(tmp)
     nodes = [n.name for n in cluster.compute]
-    gemm_docs = {name: gemm_doc(rng, name, 8) for name in nodes}
-    jobs = {f"node-{name}": allreduce_doc([name], rng.gauss(460, 5)) for name in nodes}
+    gemm_docs = {name: gemm_doc(rng, name, 8, args.seconds, args.bare) for name in nodes}
+    jobs = {f"node-{name}": allreduce_doc([name], rng.gauss(460, 5), args.bare) for name in nodes}
     first = {job: job[len("node-") :] for job in jobs}
     for r, rnd in enumerate(pair_schedule(nodes)):
         for a, b in rnd:
-            jobs[f"pair-r{r}-{a}--{b}"] = allreduce_doc([a, b], rng.gauss(392, 3))
+            jobs[f"pair-r{r}-{a}--{b}"] = allreduce_doc([a, b], rng.gauss(392, 3), args.bare)
             first[f"pair-r{r}-{a}--{b}"] = a
     sent, nodes_s, node_most = answers(nodes, gemm_docs, jobs, first)
     with tempfile.TemporaryDirectory(prefix="kiln-bench-run-", dir=args.dir) as tmp:
