@@ -23,7 +23,6 @@ import io
 import json
 import shlex
 import zipfile
-import zlib
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path, PurePosixPath
@@ -36,7 +35,7 @@ from kiln.fleet import run_as_root as fleet_run_as_root
 from kiln.inventory import Node
 from kiln.judging import compact
 from kiln.records.burnin import RunLayout
-from kiln.records.documents import Frame, append_frames
+from kiln.records.documents import Frame, append_frames, inflate
 
 Progress = Callable[[str], None]
 TIMEOUT = 120.0
@@ -108,7 +107,8 @@ out.write(lines or '')
 
 
 def fetch_command(paths: Paths, run_id: str, digest: str) -> str:
-    """On a node: print this run's results and logs as one JSON object, then remove them."""
+    """On a node: print this run's results and logs in the three parts above (`digest`: of
+    this kiln's library, library_zip), then remove them."""
     run_dir = paths.run_dir(run_id)
     logs = f"{paths.results}/logs"
     args = (paths.results, run_id, logs, paths.library, digest)
@@ -151,7 +151,7 @@ def store_fetched(layout: RunLayout, sent: list[tuple[str, str]], progress: Prog
             made_there, head["why"] = False, "its lines were cut short"
         if not made_there:  # no library there: its lines are made here
             parsed_here.setdefault(str(head.get("why") or "no reason given"), []).append(node)
-            documents, made = result_lines(_inflate(frame))
+            documents, made = result_lines(inflate(frame.data))
             frame = Frame.of(node, documents)
         frames.append(frame)
         lines.append(made)
@@ -162,14 +162,6 @@ def store_fetched(layout: RunLayout, sent: list[tuple[str, str]], progress: Prog
     if frames:  # the documents first, then their lines and the documents file's size
         size = append_frames(layout.root, frames)
         append_compact(layout, compact.collected(size, "".join(lines)))
-
-
-def _inflate(frame: Frame) -> dict[str, str]:
-    try:
-        documents = json.loads(zlib.decompress(frame.data))
-    except (zlib.error, ValueError):
-        return {}
-    return {str(k): str(v) for k, v in documents.items()} if isinstance(documents, dict) else {}
 
 
 def append_compact(layout: RunLayout, lines: str) -> None:

@@ -43,7 +43,6 @@ def judge_allreduce(report, cluster: Cluster, table, jobs, floors) -> None:
     has_pairs = any(row.hosts.count(",") == 1 for _, row in jobs)  # scope "pair"
     report.allreduce = RecordsOf(table, [job for job, _ in jobs])
     add = report.verdicts.append
-    fabric = str(FABRIC_BYTES)
     for job, row in jobs:  # 100,000 at 12,500 nodes: no record, no call per healthy pair
         if row.correct == "1" and row.wrong == "0":
             a, comma, b = row.hosts.partition(",")
@@ -53,9 +52,9 @@ def judge_allreduce(report, cluster: Cluster, table, jobs, floors) -> None:
                 and a in node_floors
                 and b in node_floors
                 and not job.startswith(DOMAIN_JOB)
-            ):  # a correct pair of inventory nodes: its figure only (busbw_at_fabric, inline)
+            ):  # a correct pair of inventory nodes: its figure only
                 key = (a, b) if a <= b else (b, a)
-                busbw = float(row.at if row.size == fabric and row.at else row.verdict_busbw)
+                busbw = row.busbw_at_fabric()[1]
                 old = pairs.get(key)
                 pairs[key] = busbw if old is None or busbw < old else old
                 continue

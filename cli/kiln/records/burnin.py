@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kiln.errors import InvalidInputError
+from kiln.judging import compact
 from kiln.judging.ib import PORT, IbPair, IbRun
 from kiln.judging.model import BurninReport
 from kiln.judging.results import (
@@ -130,15 +131,9 @@ def write_manifest(
 
 
 def read_document(text: str | None) -> object | None:
-    """A result document's JSON (None: the record has no such document)."""
-    if text is None:
-        return None
-    if not text.strip():
-        raise ResultError("empty output")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ResultError(f"not JSON: {exc.msg} at line {exc.lineno}") from None
+    """A result document's JSON (None: the record has no such document; ResultError: not
+    JSON, in kiln.judging.compact.read_document's words)."""
+    return None if text is None else compact.read_document(text)
 
 
 def read_manifest(path: Path) -> dict:
@@ -165,17 +160,16 @@ def load_run(run_dir: Path | str) -> RunResults:
         raise InvalidInputError(f"burn-in run directory {layout.root} does not exist")
     manifest = read_manifest(layout.manifest) if layout.manifest.is_file() else {}
     run = RunResults(manifest=manifest)
-    documents = RunDocuments(layout.root).read_all()
-    names = {kind: {n[len(kind) + 1 : -5] for n in documents if n.startswith(f"{kind}/")}
-             for kind in ("gemm", "allreduce")}  # fmt: skip
-    for node in manifest.get("nodes") or sorted(names["gemm"]):
+    kept = RunDocuments(layout.root)
+    documents = kept.read_all()
+    for node in manifest.get("nodes") or sorted(kept.names("gemm")):
         try:
             doc = read_document(documents.get(f"gemm/{node}.json"))
             run.gemm[node] = NoResult(node) if doc is None else gemm_from_doc(node, doc)
         except (OSError, ResultError) as exc:
             run.gemm[node] = NoResult(node, f"{NO_RESULT} ({exc})")
     submitted = list(manifest.get("allreduce_jobs") or ())
-    extra = names["allreduce"].difference(submitted)  # then in glob's order
+    extra = kept.names("allreduce").difference(submitted)  # then in glob's order
     for job in [*dict.fromkeys(submitted), *sorted(extra, key=lambda j: f"{j}.json")]:
         try:
             doc = read_document(documents.get(f"allreduce/{job}.json"))

@@ -15,7 +15,6 @@ judges it. The records the rules or a report read whole come from the run's docu
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,13 +70,6 @@ class RecordsFromDocuments(RecordSource):
             raise KeyError(job) from None
 
 
-def _listed(directory: Path) -> bool:
-    try:
-        return any(n.endswith(".json") and not n.startswith(".") for n in os.listdir(directory))
-    except OSError:
-        return False
-
-
 def load_compact(run_dir: Path | str) -> CompactRun | None:
     """The run's compact rows when they cover the whole run, else None (see above)."""
     layout = RunLayout(Path(run_dir))
@@ -96,7 +88,7 @@ def load_compact(run_dir: Path | str) -> CompactRun | None:
         return None  # a line for a result the manifest does not name
     if compact.last_collected(data) != documents.size():
         return None  # documents without their lines (a collection killed between the two)
-    if any(_listed(layout.root / kind) for kind in ("gemm", "allreduce")):
+    if documents.files("gemm") or documents.files("allreduce"):
         return None  # documents kept as files (an older kiln's, or by hand): the records
     table.nodes, table.jobs = nodes, list(jobs)
     return CompactRun(manifest, table, load_ib(layout, manifest))

@@ -42,17 +42,25 @@ class Frame:
 
     @classmethod
     def of(cls, node: str, documents: dict[str, str]) -> Frame:
-        """A frame made here (the controller's own, for a node that sent its documents
-        uncompressed)."""
+        """A frame made here (the controller's, for a node whose lines it made: its
+        all-reduce documents completed there)."""
         return cls(node, tuple(documents), zlib.compress(json.dumps(documents).encode(), 1))
+
+
+def inflate(data: bytes) -> dict[str, str]:
+    """A frame's documents, {name: text}; {} when its data is damaged."""
+    try:
+        documents = json.loads(zlib.decompress(data))
+    except (zlib.error, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in documents.items()} if isinstance(documents, dict) else {}
 
 
 def append_frames(run_dir: Path | str, frames: list[Frame]) -> int:
     """Add frames to the run's documents file in one write (the header first when it is new);
     returns the file's size after them. A tail an earlier write left cut short is cut off
-    first, so the new frames can be read.
-    A frame whose node or names a header cannot hold is a ValueError, before anything is
-    written."""
+    first, so the new frames can be read. A frame whose node or names a header cannot hold is
+    a ValueError, before anything is written."""
     for frame in frames:  # one look per frame, not per name
         joined = "\0".join((frame.node, *frame.names))
         if "\t" in joined or "\n" in joined or "\r" in joined or "" in (frame.node, *frame.names):
@@ -105,18 +113,18 @@ class RunDocuments:
     its own file. The file's index is read when first asked and read on from where it ended
     when a name is not found (the campaign reads each pairwise round's results as it goes)."""
 
+    def __init__(self, run_dir: Path | str) -> None:
+        self.root = Path(run_dir)
+        self._where: dict[str, tuple[int, int]] = {}  # name -> (offset, length) of its frame
+        self._read_to = 0
+        self._frame: tuple[int, dict[str, str]] | None = None  # the last frame inflated
+
     def size(self) -> int | None:
         """The documents file's size in bytes (None: the record has none)."""
         try:
             return (self.root / FILENAME).stat().st_size
         except FileNotFoundError:
             return None
-
-    def __init__(self, run_dir: Path | str) -> None:
-        self.root = Path(run_dir)
-        self._where: dict[str, tuple[int, int]] = {}  # name -> (offset, length) of its frame
-        self._read_to = 0
-        self._frame: tuple[int, dict[str, str]] | None = None  # the last frame inflated
 
     def text(self, name: str) -> str | None:
         """The document `name` ("gemm/<node>.json", ...), None when the record has none. A
@@ -146,16 +154,13 @@ class RunDocuments:
             if name in inflated[offset]:
                 found[name] = inflated[offset][name]
         for kind in ("gemm", "allreduce"):
-            try:
-                own = os.listdir(self.root / kind)
-            except OSError:
-                continue
-            for file in own:
-                if file.endswith(".json") and not file.startswith("."):
-                    try:
-                        found[f"{kind}/{file}"] = (self.root / kind / file).read_text("utf-8")
-                    except OSError:
-                        continue
+            for stem in self.files(kind):
+                try:
+                    found[f"{kind}/{stem}.json"] = (self.root / kind / f"{stem}.json").read_text(
+                        "utf-8"
+                    )
+                except OSError:
+                    continue
         return found
 
     def names(self, kind: str) -> set[str]:
@@ -163,11 +168,16 @@ class RunDocuments:
         self._index()
         prefix = f"{kind}/"
         packed = {n[len(prefix) : -5] for n in self._where if n.startswith(prefix)}
+        return packed | set(self.files(kind))
+
+    def files(self, kind: str) -> list[str]:
+        """The stems of the documents of a kind kept as their own files (an older kiln's
+        record, or one written by hand), as glob lists them: not hidden ones."""
         try:
             own = os.listdir(self.root / kind)
         except OSError:
-            own = []
-        return packed | {n[:-5] for n in own if n.endswith(".json") and not n.startswith(".")}
+            return []
+        return [n[:-5] for n in own if n.endswith(".json") and not n.startswith(".")]
 
     def _index(self) -> None:
         try:
@@ -186,9 +196,4 @@ class RunDocuments:
     def _inflate(self, offset: int, length: int) -> dict[str, str]:
         with (self.root / FILENAME).open("rb") as f:
             f.seek(offset)
-            data = f.read(length)
-        try:
-            documents = json.loads(zlib.decompress(data))
-        except (zlib.error, ValueError):
-            return {}
-        return documents if isinstance(documents, dict) else {}
+            return inflate(f.read(length))
